@@ -1,0 +1,395 @@
+"""Configuration: frozen dataclasses loaded once from TOML.
+
+Every setting is declared with :func:`setting`, which carries its default, its parser and the
+one-line documentation that ``harvest-cache --config-reference`` prints (docs/configuration.md
+is that output). :func:`load` reports every unknown key and bad value at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from harvest_cache.errors import ConfigError
+
+Parser = Callable[[Any], Any]
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class Address(NamedTuple):
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def setting(default: Any, doc: str, parse: Parser) -> Any:
+    """Declare one setting: its default, how a TOML value is checked, and its documentation."""
+    return field(default=default, metadata={"doc": doc, "parse": parse})
+
+
+# -- parsers: each takes a TOML value and returns the typed value or raises ValueError --------
+
+
+def integer(lo: int, hi: int) -> Parser:
+    def parse(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"expected an integer, got {v!r}")
+        if not lo <= v <= hi:
+            raise ValueError(f"must be between {lo} and {hi}, got {v}")
+        return v
+
+    return parse
+
+
+def number(lo: float, hi: float) -> Parser:
+    def parse(v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"expected a number, got {v!r}")
+        if not lo <= v <= hi:
+            raise ValueError(f"must be between {lo} and {hi}, got {v}")
+        return float(v)
+
+    return parse
+
+
+def text(v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise ValueError(f"expected a non-empty string, got {v!r}")
+    return v
+
+
+def choice(*options: str) -> Parser:
+    def parse(v: Any) -> str:
+        if v not in options:
+            raise ValueError(f"must be one of {', '.join(options)}; got {v!r}")
+        return str(v)
+
+    return parse
+
+
+def address(v: Any) -> Address:
+    """``HOST:PORT`` or ``[IPv6]:PORT``."""
+    if not isinstance(v, str):
+        raise ValueError(f"expected 'HOST:PORT', got {v!r}")
+    host, sep, port = v.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected 'HOST:PORT' with a port from 0 to 65535, got {v!r}")
+    return Address(host, int(port))
+
+
+def networks(v: Any) -> tuple[IPNetwork, ...]:
+    if not isinstance(v, list):
+        raise ValueError(f"expected a list of CIDR strings, got {v!r}")
+    out = []
+    for item in v:
+        try:
+            out.append(ipaddress.ip_network(str(item), strict=False))
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
+    return tuple(out)
+
+
+def ports(v: Any) -> tuple[tuple[int, int], ...]:
+    """A list of ports and ``"LOW-HIGH"`` ranges, kept as inclusive (low, high) pairs."""
+    if not isinstance(v, list):
+        raise ValueError(f"expected a list of ports or 'LOW-HIGH' ranges, got {v!r}")
+    out = []
+    for item in v:
+        lo_s, _, hi_s = str(item).partition("-")
+        hi_s = hi_s or lo_s
+        if not (lo_s.isdigit() and hi_s.isdigit()) or isinstance(item, bool | float):
+            raise ValueError(f"{item!r} is not a port or a 'LOW-HIGH' range")
+        lo, hi = int(lo_s), int(hi_s)
+        if not 1 <= lo <= hi <= 65535:
+            raise ValueError(f"{item!r} is outside 1-65535 or reversed")
+        out.append((lo, hi))
+    return tuple(out)
+
+
+def ip_list(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list):
+        raise ValueError(f"expected a list of IP addresses, got {v!r}")
+    for item in v:
+        try:
+            ipaddress.ip_address(str(item))
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address") from None
+    return tuple(str(i) for i in v)
+
+
+def path(v: Any) -> Path:
+    return Path(text(v))
+
+
+def optional_path(v: Any) -> Path | None:
+    """A file path, or ``"none"`` to turn the file off."""
+    s = text(v)
+    return None if s == "none" else Path(s)
+
+
+# -- sections ----------------------------------------------------------------------------------
+
+PRIVATE_NETWORKS = networks(
+    ["127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"]
+)
+# Squid's default Safe_ports: the ports a browser legitimately proxies to.
+SAFE_PORTS = ports([80, 21, 443, 70, 210, "1025-65535", 280, 488, 591, 777])
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    listen: Address = setting(
+        Address("127.0.0.1", 3128), "HOST:PORT the proxy listens on (`--listen`).", address
+    )
+    name: str = setting(
+        "harvest",
+        "The cache's name in `Via` and `Cache-Status`; a `Via` holding it is a loop.",
+        text,
+    )
+    max_connections: int = setting(
+        10000,
+        "Client connections open at once; further ones are closed at once.",
+        integer(1, 10**6),
+    )
+    idle_timeout: float = setting(
+        60.0,
+        "Seconds a keep-alive client connection may sit idle between requests.",
+        number(0.1, 86400),
+    )
+    header_timeout: float = setting(
+        10.0,
+        "Seconds a client has to send a whole request head once it starts (defeats slow-loris).",
+        number(0.1, 3600),
+    )
+    max_request_line: int = setting(
+        8 * KIB, "Longest request line in bytes; longer gets 414.", integer(256, 1 * MIB)
+    )
+    max_header_bytes: int = setting(
+        64 * KIB, "Largest request head in bytes; larger gets 431.", integer(1 * KIB, 16 * MIB)
+    )
+    max_header_count: int = setting(
+        100, "Most header fields in one request; more gets 431.", integer(1, 10000)
+    )
+    max_body_bytes: int = setting(
+        1024 * MIB, "Largest request body in bytes; larger gets 413.", integer(0, 2**62)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AccessConfig:
+    allow: tuple[IPNetwork, ...] = setting(
+        PRIVATE_NETWORKS,
+        "Client networks (CIDR) allowed to use the proxy; others get 403. Default: loopback and"
+        " private networks.",
+        networks,
+    )
+    safe_ports: tuple[tuple[int, int], ...] = setting(
+        SAFE_PORTS,
+        "Origin ports (numbers or 'LOW-HIGH') plain HTTP requests may go to; others get 403.",
+        ports,
+    )
+    connect_ports: tuple[tuple[int, int], ...] = setting(
+        ports([443]), "Ports `CONNECT` tunnels may open; others get 403.", ports
+    )
+    x_forwarded_for: str = setting(
+        "on",
+        "`on` appends the client address to `X-Forwarded-For`, `off` passes it unchanged,"
+        " `delete` removes it.",
+        choice("on", "off", "delete"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    dir: Path = setting(Path("var/cache"), "Directory of the disk tier (`--cache-dir`).", path)
+    memory_mb: int = setting(
+        256,
+        "Size of the memory hot tier in MiB (`--memory-mb`); 0 turns it off.",
+        integer(0, 2**20),
+    )
+    disk_mb: int = setting(
+        10240, "Size of the disk tier in MiB (`--disk-mb`); 0 turns it off.", integer(0, 2**30)
+    )
+    memory_max_object_kb: int = setting(
+        512, "Objects larger than this (KiB) bypass the memory tier.", integer(0, 2**30)
+    )
+    max_object_mb: int = setting(
+        1024, "Objects larger than this (MiB) are passed through but not stored.", integer(0, 2**30)
+    )
+    heuristic_percent: int = setting(
+        10,
+        "Heuristic freshness for responses with Last-Modified and no explicit freshness, as a"
+        " percentage of the time since Last-Modified.",
+        integer(0, 100),
+    )
+    heuristic_max_seconds: int = setting(
+        86400, "Cap on heuristic freshness in seconds.", integer(0, 2**31)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    connect_timeout: float = setting(
+        10.0, "Seconds to open a connection to an origin; then 504.", number(0.01, 600)
+    )
+    read_timeout: float = setting(
+        60.0,
+        "Seconds an origin may stay silent while a response is due; then 504.",
+        number(0.01, 86400),
+    )
+    pool_idle_timeout: float = setting(
+        30.0, "Seconds an idle keep-alive origin connection is kept for reuse.", number(0, 3600)
+    )
+    pool_max_idle_per_host: int = setting(
+        32, "Idle origin connections kept per host and port.", integer(0, 10000)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DNSConfig:
+    nameservers: tuple[str, ...] = setting(
+        (), "Resolver addresses; empty uses the system's (/etc/resolv.conf).", ip_list
+    )
+    hosts_file: Path | None = setting(
+        Path("/etc/hosts"), "Hosts file consulted before DNS; `none` for no file.", optional_path
+    )
+    min_ttl: int = setting(60, "Answers are cached at least this many seconds.", integer(0, 2**31))
+    max_ttl: int = setting(
+        21600, "Answers are cached at most this many seconds.", integer(0, 2**31)
+    )
+    negative_ttl: int = setting(
+        30, "Failed lookups are remembered this many seconds.", integer(0, 86400)
+    )
+    timeout: float = setting(5.0, "Seconds one lookup may take.", number(0.01, 120))
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    access_log: Path | None = setting(
+        Path("var/log/access.log"),
+        "Access log in Squid's native format; `none` turns it off.",
+        optional_path,
+    )
+    level: str = setting(
+        "info", "Level of the error log on stderr.", choice("debug", "info", "warning", "error")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    access: AccessConfig = field(default_factory=AccessConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
+    dns: DNSConfig = field(default_factory=DNSConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+
+SECTIONS: dict[str, type[Any]] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]
+
+
+def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
+    """Build a Config from parsed TOML, reporting every problem in one ConfigError."""
+    problems: list[str] = []
+    sections: dict[str, Any] = {}
+    for name, table in raw.items():
+        cls = SECTIONS.get(name)
+        if cls is None:
+            problems.append(f"{origin}: unknown section [{name}] (known: {', '.join(SECTIONS)})")
+            continue
+        if not isinstance(table, Mapping):
+            problems.append(f"{origin}: [{name}] must be a table")
+            continue
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in table.items():
+            f = known.get(key)
+            if f is None:
+                problems.append(f"{origin}: unknown key {name}.{key}")
+                continue
+            try:
+                values[key] = f.metadata["parse"](value)
+            except ValueError as e:
+                problems.append(f"{origin}: {name}.{key}: {e}")
+        sections[name] = cls(**values)
+    if problems:
+        raise ConfigError(problems)
+    config = Config(**sections)
+    _check_consistency(config, origin, problems)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _check_consistency(config: Config, origin: str, problems: list[str]) -> None:
+    if config.dns.min_ttl > config.dns.max_ttl:
+        problems.append(f"{origin}: dns.min_ttl ({config.dns.min_ttl}) exceeds dns.max_ttl")
+
+
+def load(path: Path | None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Config:
+    """Load the TOML file at ``path`` (defaults only if None), then apply ``overrides``.
+
+    Overrides are raw values keyed by section and key, checked like the file's own.
+    """
+    raw: dict[str, Any] = {}
+    origin = str(path) if path else "defaults"
+    if path is not None:
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+        except UnicodeDecodeError:
+            raise ConfigError([f"{path}: not UTF-8 text"]) from None
+    for section, values in (overrides or {}).items():
+        table = raw.setdefault(section, {})
+        if isinstance(table, dict):
+            table.update(values)
+    return from_mapping(raw, origin)
+
+
+def reference() -> str:
+    """Markdown documentation of every setting, generated from the declarations."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "`harvest-cache --config FILE` reads a TOML file of the sections below; every key is",
+        "optional. An unknown section or key, or a bad value, is reported with its name and the",
+        "reason, and the program exits with status 2. Generated by"
+        " `harvest-cache --config-reference`.",
+    ]
+    defaults = Config()
+    for name, cls in SECTIONS.items():
+        lines += ["", f"## [{name}]", "", "| key | default | meaning |", "| --- | --- | --- |"]
+        section = getattr(defaults, name)
+        for f in fields(cls):
+            lines.append(
+                f"| `{f.name}` | `{_show(getattr(section, f.name))}` | {f.metadata['doc']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Address):
+        return str(value)
+    if isinstance(value, tuple) and value and isinstance(value[0], tuple):
+        return ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in value)
+    if isinstance(value, tuple):
+        return ", ".join(str(v) for v in value) or "(empty)"
+    if value is None:
+        return "none"
+    return str(value)
+
+
+__all__ = ["Address", "Config", "ConfigError", "from_mapping", "load", "reference"]

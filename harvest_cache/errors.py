@@ -1,0 +1,79 @@
+"""The cache's typed errors.
+
+::
+
+    HarvestCacheError
+    ├── ConfigError              bad configuration; carries every problem found
+    ├── RequestError             a client request we refuse; carries the status to answer
+    └── UpstreamError            the next hop failed; carries the status and a short cause
+        ├── DNSFailure           502: the origin's name did not resolve
+        ├── ConnectRefused       502: the origin refused the connection
+        ├── ConnectTimeout       504: no connection within the connect timeout
+        ├── ReadTimeout          504: the origin stopped sending
+        ├── UpstreamReset        502: the connection broke before the response head ended
+        └── UpstreamProtocolError 502: the origin's response could not be parsed
+
+Third-party exceptions (OSError, dnspython, httptools) are mapped to these where the
+upstream and DNS modules call them; nothing else matches on exception text.
+"""
+
+from __future__ import annotations
+
+
+class HarvestCacheError(Exception):
+    """Base of every error the cache raises on purpose."""
+
+
+class ConfigError(HarvestCacheError):
+    """The configuration is invalid; ``problems`` lists each bad key with the reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+class RequestError(HarvestCacheError):
+    """A client request that is answered with ``status`` and then, if ``close``, a close."""
+
+    def __init__(self, status: int, reason: str, *, close: bool = True) -> None:
+        self.status = status
+        self.reason = reason
+        self.close = close
+        super().__init__(f"{status} {reason}")
+
+
+class UpstreamError(HarvestCacheError):
+    """The next hop failed; ``status`` is what the client gets, ``cause`` names why."""
+
+    status = 502
+    kind = "upstream"
+
+    def __init__(self, cause: str) -> None:
+        self.cause = cause
+        super().__init__(cause)
+
+
+class DNSFailure(UpstreamError):
+    kind = "dns"
+
+
+class ConnectRefused(UpstreamError):
+    kind = "connect_refused"
+
+
+class ConnectTimeout(UpstreamError):
+    status = 504
+    kind = "connect_timeout"
+
+
+class ReadTimeout(UpstreamError):
+    status = 504
+    kind = "read_timeout"
+
+
+class UpstreamReset(UpstreamError):
+    kind = "reset"
+
+
+class UpstreamProtocolError(UpstreamError):
+    kind = "protocol"

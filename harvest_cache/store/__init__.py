@@ -1,0 +1,1 @@
+"""The object store: a memory hot tier over a persistent disk tier."""

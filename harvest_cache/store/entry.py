@@ -1,0 +1,38 @@
+"""What the store keeps: a response head with the times the policy needs, and Vary markers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StoredHead:
+    """The head of a stored response.
+
+    ``headers`` are the end-to-end fields as received (hop-by-hop fields already removed).
+    ``request_time`` and ``response_time`` are wall-clock seconds (RFC 9111 4.2.3) of the
+    exchange that produced or last validated the response. ``vary_key`` is the normalised
+    selecting-header text this variant was stored under ("" without Vary).
+    """
+
+    url: str
+    status: int
+    reason: str
+    headers: tuple[tuple[str, str], ...]
+    request_time: float
+    response_time: float
+    body_length: int
+    vary_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class VaryMarker:
+    """Stored at a URL's primary key when its responses vary (Squid's "vary object").
+
+    ``names`` are the lowercased field names of the latest response's Vary; ``generation``
+    is part of every variant key, so invalidating the marker orphans all old variants.
+    """
+
+    url: str
+    names: tuple[str, ...]
+    generation: str

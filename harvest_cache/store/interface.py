@@ -1,0 +1,64 @@
+"""The store's interface, as the proxy driver sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO, Literal, Protocol
+
+from harvest_cache.store.entry import StoredHead, VaryMarker
+
+
+@dataclass(slots=True)
+class FileBody:
+    """A body on disk: ``length`` bytes of ``file`` from ``offset``.
+
+    The reader owns ``file`` and closes it; serve it with ``loop.sendfile`` or chunked reads
+    in an executor, never a whole read on the loop.
+    """
+
+    file: BinaryIO
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    head: StoredHead
+    body: bytes | FileBody
+    tier: Literal["memory", "disk"]
+
+
+Found = StoredObject | VaryMarker
+
+
+class ObjectWriter(Protocol):
+    """Receives one response body as it streams; nothing is visible before ``commit``."""
+
+    async def write(self, chunk: bytes) -> None: ...
+
+    async def commit(self, head: StoredHead) -> None:
+        """Make the object visible under its key with ``head`` (its final body_length)."""
+
+    async def abort(self) -> None:
+        """Drop what was written; the key keeps whatever it held before."""
+
+
+class ObjectStore(Protocol):
+    def get_memory(self, key: str) -> Found | None:
+        """The memory tier alone, with no I/O: the hit path's first look."""
+
+    async def get(self, key: str) -> Found | None:
+        """Memory tier, then disk tier (small disk objects are promoted to memory)."""
+
+    async def put_marker(self, key: str, marker: VaryMarker) -> None: ...
+
+    def open_writer(self, key: str, expected_length: int | None) -> ObjectWriter | None:
+        """A writer for a new object, or None if it cannot be stored (too large, tiers off)."""
+
+    async def update_head(self, key: str, head: StoredHead) -> None:
+        """Replace a stored object's head (after a 304 revalidation); no-op if absent."""
+
+    async def delete(self, key: str) -> None: ...
+
+    async def close(self) -> None:
+        """Flush and close; the disk tier survives for the next start."""
