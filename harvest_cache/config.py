@@ -114,15 +114,25 @@ def ports(v: Any) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def ip_list(v: Any) -> tuple[str, ...]:
+def nameserver_list(v: Any) -> tuple[Address, ...]:
+    """Resolver addresses: ``IP``, ``IP:PORT`` or ``[IPv6]:PORT`` (port 53 if not given)."""
     if not isinstance(v, list):
-        raise ValueError(f"expected a list of IP addresses, got {v!r}")
+        raise ValueError(f"expected a list of resolver addresses, got {v!r}")
+    out = []
     for item in v:
+        s = str(item)
         try:
-            ipaddress.ip_address(str(item))
+            out.append(Address(str(ipaddress.ip_address(s)), 53))
+            continue
         except ValueError:
-            raise ValueError(f"{item!r} is not an IP address") from None
-    return tuple(str(i) for i in v)
+            pass
+        addr = address(s)
+        try:
+            ipaddress.ip_address(addr.host)
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address with an optional port") from None
+        out.append(addr)
+    return tuple(out)
 
 
 def path(v: Any) -> Path:
@@ -257,8 +267,10 @@ class UpstreamConfig:
 
 @dataclass(frozen=True, slots=True)
 class DNSConfig:
-    nameservers: tuple[str, ...] = setting(
-        (), "Resolver addresses; empty uses the system's (/etc/resolv.conf).", ip_list
+    nameservers: tuple[Address, ...] = setting(
+        (),
+        "Resolver addresses (`IP` or `IP:PORT`); empty uses the system's (/etc/resolv.conf).",
+        nameserver_list,
     )
     hosts_file: Path | None = setting(
         Path("/etc/hosts"), "Hosts file consulted before DNS; `none` for no file.", optional_path
