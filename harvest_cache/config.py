@@ -126,13 +126,20 @@ def nameserver_list(v: Any) -> tuple[Address, ...]:
             continue
         except ValueError:
             pass
-        addr = address(s)
         try:
+            addr = address(s)
             ipaddress.ip_address(addr.host)
         except ValueError:
             raise ValueError(f"{item!r} is not an IP address with an optional port") from None
         out.append(addr)
     return tuple(out)
+
+
+def token(v: Any) -> str:
+    """A name that fits in one Via entry: no spaces or commas (may be empty)."""
+    if not isinstance(v, str) or any(c in v for c in ' \t,;"()'):
+        raise ValueError(f"expected a name without spaces, commas or quotes, got {v!r}")
+    return v
 
 
 def path(v: Any) -> Path:
@@ -162,9 +169,10 @@ class ServerConfig:
         Address("127.0.0.1", 3128), "HOST:PORT the proxy listens on (`--listen`).", address
     )
     name: str = setting(
-        "harvest",
-        "The cache's name in `Via` and `Cache-Status`; a `Via` holding it is a loop.",
-        text,
+        "",
+        "The cache's name in `Via` and `Cache-Status`; a request whose `Via` holds it is a"
+        " forwarding loop. Empty means HOSTNAME:PORT, unique for each cache on a host.",
+        token,
     )
     max_connections: int = setting(
         10000,

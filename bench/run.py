@@ -1,0 +1,1072 @@
+#!/usr/bin/env python3
+"""Load benchmark of harvest-cache against Squid, run by hand (never in CI).
+
+    python bench/run.py [--duration 10] [--repeats 3] [--connections 64]
+                        [--scenarios hit-1k,miss] [--only squid|harvest]
+    python bench/run.py --calibrate       # how fast each candidate origin is on its own
+
+Each system is started fresh, pinned to core 0; the origin and wrk share core 1. Each scenario
+is warmed, then measured ``--repeats`` times for ``--duration`` seconds; the medians are printed
+with the Harvest/Squid ratios and written to bench/results/latest.json. See bench/README.md.
+
+Every process this starts runs in a session (and so a process group) of its own and is stopped
+by that group's id, also on Ctrl-C or SIGTERM; only 127.0.0.1 is ever contacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import http.client
+import json
+import os
+import platform
+import pwd
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+LUA = BENCH / "proxy.lua"
+ORIGIN_SCRIPT = BENCH / "origin.py"
+VENV_PY = REPO / ".venv" / "bin" / "python"
+HARVEST_BIN = REPO / ".venv" / "bin" / "harvest-cache"
+DEFAULT_OUTPUT = BENCH / "results" / "latest.json"
+HOST = "127.0.0.1"
+PROXY_CPU = "0"
+ORIGIN_CPU = "1"
+CLIENT_CPU = "1"
+MIB = 1024 * 1024
+SIZES = {"1k": 1024, "16k": 16 * 1024, "256k": 256 * 1024, "4m": 4 * MIB}
+SYSTEMS = ("squid", "harvest")
+# Tools the benchmark needs and the Debian package that ships each.
+PACKAGES = {"squid": "squid", "wrk": "wrk", "nginx": "nginx", "taskset": "util-linux"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    kind: str  # "hit", "miss" or "reval"
+    size: str  # body size key of SIZES
+    urls: int  # distinct URLs cycled through ("miss": every URL is new)
+    expect: str  # the access-log result code that shows the proxy did the expected thing
+    target: float  # the Harvest/Squid req/s ratio the issue asks for
+    about: str
+
+
+SCENARIOS = (
+    Scenario("hit-1k", "hit", "1k", 16, "HIT", 2.0, "memory hits on 16 warm 1 KiB objects"),
+    Scenario("hit-16k", "hit", "16k", 16, "HIT", 3.0, "memory hits on 16 warm 16 KiB objects"),
+    Scenario("hit-256k", "hit", "256k", 16, "HIT", 8.0, "memory hits on 16 warm 256 KiB objects"),
+    Scenario("hit-4m", "hit", "4m", 16, "HIT", 5.0, "memory hits on 16 warm 4 MiB objects"),
+    Scenario(
+        "reval", "reval", "1k", 256, "REFRESH", 1.5, "max-age=0 objects revalidated (304) by ETag"
+    ),
+    # Last: the storm fills the memory tier, and a full tier slows the admission of new objects.
+    Scenario("miss", "miss", "1k", 0, "MISS", 1.5, "unique cacheable 1 KiB URLs, never repeated"),
+)
+RSS_SLACK_MIB = 150  # the miss storm's peak RSS may exceed the memory tier by this much
+
+
+class BenchError(Exception):
+    pass
+
+
+def say(*parts: object) -> None:
+    print(*parts, flush=True)
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+class Processes:
+    """Every process the benchmark starts, each the leader of a new session and process group."""
+
+    def __init__(self) -> None:
+        self.live: list[subprocess.Popen[bytes]] = []
+
+    def start(self, argv: list[str], log: Path | None, cpu: str | None) -> subprocess.Popen[bytes]:
+        cmd = ["taskset", "-c", cpu, *argv] if cpu is not None else argv
+        out: Any = subprocess.DEVNULL
+        if log is not None:
+            out = log.open("ab")
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out if log is not None else subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            if log is not None:
+                out.close()
+        self.live.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+        """SIGTERM the process group, SIGKILL it after ``grace`` seconds, reap the leader."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        # Helpers the leader left behind (Squid's log daemon, say) share its group.
+        deadline = time.monotonic() + grace
+        while group_pids(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            if group_pids(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)
+        if proc in self.live:
+            self.live.remove(proc)
+
+    def stop_all(self) -> None:
+        for proc in reversed(list(self.live)):
+            self.stop(proc)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (field 3, state, is index 0)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def group_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            f = _stat_fields(int(entry))
+            if f is not None and int(f[2]) == pgid and f[0] != "Z":
+                pids.append(int(entry))
+    return pids
+
+
+def cpu_seconds(pgid: int) -> float:
+    """User plus system CPU time of every live process in the group."""
+    ticks = 0
+    for pid in group_pids(pgid):
+        f = _stat_fields(pid)
+        if f is not None:
+            ticks += int(f[11]) + int(f[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def reset_peak_rss(pgid: int) -> bool:
+    """Reset VmHWM to the current RSS (``echo 5 > /proc/PID/clear_refs``) in the whole group."""
+    ok = True
+    for pid in group_pids(pgid):
+        try:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+        except OSError:
+            ok = False
+    return ok
+
+
+def peak_rss_mib(pgid: int) -> float:
+    """Sum of VmHWM over the group's processes (an upper bound of their joint peak)."""
+    kib = 0
+    for pid in group_pids(pgid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    kib += int(line.split()[1])
+    return kib / 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BenchError(f"exited with status {proc.returncode} before listening")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex((HOST, port)) == 0:
+                return
+        time.sleep(0.1)
+    raise BenchError(f"not listening on {HOST}:{port} after {timeout:.0f} s")
+
+
+def tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+# -- tools -------------------------------------------------------------------------------------
+
+
+def find_tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in ("/usr/sbin", "/sbin", "/usr/local/sbin"):
+        if os.access(f"{d}/{name}", os.X_OK):
+            return f"{d}/{name}"
+    return None
+
+
+def ensure_tools(names: list[str]) -> dict[str, str]:
+    """Install missing tools with apt-get (``apt-get update`` once first); return their paths."""
+    missing = [n for n in names if find_tool(n) is None]
+    if missing:
+        if os.geteuid() != 0:
+            raise BenchError(f"missing {', '.join(missing)}; install them or run as root")
+        packages = sorted({PACKAGES[n] for n in missing})
+        say(f"installing {' '.join(packages)} with apt-get ...")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, timeout=600)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+            check=True,
+            env=env,
+            timeout=1200,
+        )
+    paths = {}
+    for n in names:
+        p = find_tool(n)
+        if p is None:
+            raise BenchError(f"{n} is still missing after apt-get install")
+        paths[n] = p
+    return paths
+
+
+def version_of(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    return lines[0].strip() if lines else "unknown"
+
+
+# -- the origin --------------------------------------------------------------------------------
+
+NGINX_CONF = """\
+daemon off;
+master_process off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{
+    worker_connections 8192;
+    multi_accept on;
+}}
+http {{
+    access_log off;
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_timeout 300s;
+    keepalive_requests 10000000;
+    open_file_cache max=64 inactive=600s;
+    etag on;
+    server {{
+        listen {host}:{port} backlog=4096;
+        root {dir}/www;
+        location /obj/ {{
+            add_header Cache-Control "max-age=3600";
+        }}
+        location /miss/ {{
+            add_header Cache-Control "max-age=3600";
+            try_files /miss.bin =404;
+        }}
+        location /reval/ {{
+            add_header Cache-Control "max-age=0";
+            try_files /reval.bin =404;
+        }}
+        location = /__stats {{
+            stub_status;
+        }}
+    }}
+}}
+"""
+
+
+class Origin:
+    """nginx serving static files, or bench/origin.py; both count the requests they answer."""
+
+    def __init__(self, kind: str, procs: Processes, workdir: Path, cpu: str) -> None:
+        self.kind = kind
+        self.port = free_port()
+        self.dir = workdir / f"origin-{kind}"
+        self.dir.mkdir(parents=True)
+        self.log = self.dir / "origin.log"
+        if kind == "nginx":
+            www = self.dir / "www"
+            (www / "obj").mkdir(parents=True)
+            for name, size in SIZES.items():
+                (www / "obj" / name).write_bytes(os.urandom(size))
+            (www / "miss.bin").write_bytes(os.urandom(1024))
+            (www / "reval.bin").write_bytes(os.urandom(1024))
+            conf = self.dir / "nginx.conf"
+            conf.write_text(NGINX_CONF.format(dir=self.dir, host=HOST, port=self.port))
+            nginx = find_tool("nginx") or "nginx"
+            argv = [nginx, "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(conf)]
+            self.version = version_of([nginx, "-v"])
+        else:
+            argv = [str(VENV_PY), str(ORIGIN_SCRIPT), "--listen", f"{HOST}:{self.port}"]
+            self.version = "bench/origin.py (asyncio on uvloop)"
+        self.proc = procs.start(argv, self.log, cpu)
+        try:
+            wait_listening(self.port, self.proc, 15)
+        except BenchError as e:
+            raise BenchError(f"origin ({kind}) {e}\n{tail(self.log)}") from None
+
+    @property
+    def hostport(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def requests_served(self) -> int:
+        """Requests answered so far, counting this query (so subtract 1 from a difference)."""
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=10)
+        try:
+            conn.request("GET", "/__stats")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        if self.kind == "nginx":  # stub_status: "... accepts handled requests\n A H R"
+            return int(text.splitlines()[2].split()[2])
+        return int(text.split()[1])
+
+    def etag(self, path: str) -> str:
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=10)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            return resp.getheader("ETag") or ""
+        finally:
+            conn.close()
+
+
+# -- the proxies -------------------------------------------------------------------------------
+
+SQUID_CONF = """\
+# Squid as a memory-only forward proxy: one worker, no cache_dir, ICP/HTCP off.
+http_port {host}:{port}
+workers 1
+cache_mem {memory_mb} MB
+maximum_object_size_in_memory 8 MB
+maximum_object_size 64 MB
+memory_cache_mode always
+cache allow all
+http_access allow localhost
+http_access deny all
+icp_port 0
+htcp_port 0
+pinger_enable off
+dns_nameservers {host}
+visible_hostname localhost
+max_filedescriptors {max_fds}
+cache_effective_user proxy
+pid_filename {dir}/squid.pid
+cache_log {dir}/cache.log
+{access_log}
+cache_store_log none
+netdb_filename none
+logfile_rotate 0
+coredump_dir {dir}
+shutdown_lifetime 0 seconds
+"""
+
+HARVEST_TOML = """\
+# harvest-cache as a memory-only forward proxy, sized like Squid's cache_mem.
+[server]
+listen = "{host}:{port}"
+
+[cache]
+dir = "{dir}/cache"
+memory_mb = {memory_mb}
+disk_mb = 0
+# Squid's maximum_object_size_in_memory is 8 MB: keep 4 MiB objects in memory here too.
+memory_max_object_kb = 8192
+
+[log]
+access_log = "{access_log}"
+level = "warning"
+"""
+
+
+class Proxy:
+    def __init__(
+        self,
+        system: str,
+        procs: Processes,
+        workdir: Path,
+        memory_mb: int,
+        access_log: bool,
+        harvest_cmd: list[str] | None,
+    ) -> None:
+        self.system = system
+        self.procs = procs
+        self.port = free_port()
+        self.dir = workdir / system
+        self.dir.mkdir(parents=True)
+        self.log = self.dir / "stderr.log"
+        self.access_log = self.dir / "access.log" if access_log else None
+        if system == "squid":
+            squid = find_tool("squid") or "squid"
+            self.version = version_of([squid, "-v"])
+            log_line = (
+                f"access_log daemon:{self.access_log} squid" if access_log else "access_log none"
+            )
+            conf = self.dir / "squid.conf"
+            conf.write_text(
+                SQUID_CONF.format(
+                    host=HOST,
+                    port=self.port,
+                    memory_mb=memory_mb,
+                    dir=self.dir,
+                    access_log=log_line,
+                    max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+                )
+            )
+            with contextlib.suppress(KeyError):  # Squid drops root for this user
+                user = pwd.getpwnam("proxy")
+                os.chown(self.dir, user.pw_uid, user.pw_gid)
+            argv = [squid, "-N", "-f", str(conf)]
+            self.error_log = self.dir / "cache.log"
+        else:
+            if harvest_cmd is None:
+                raise BenchError(
+                    f"{HARVEST_BIN.relative_to(REPO)} does not exist and harvest_cache.cli is not"
+                    " importable: the proxy is not built yet"
+                )
+            conf = self.dir / "harvest.toml"
+            conf.write_text(
+                HARVEST_TOML.format(
+                    host=HOST,
+                    port=self.port,
+                    memory_mb=memory_mb,
+                    dir=self.dir,
+                    access_log=self.access_log or "none",
+                )
+            )
+            argv = [
+                *harvest_cmd,
+                "--config",
+                str(conf),
+                "--listen",
+                f"{HOST}:{self.port}",
+                "--cache-dir",
+                str(self.dir / "cache"),
+                "--memory-mb",
+                str(memory_mb),
+                "--disk-mb",
+                "0",
+            ]
+            self.version = version_of([*harvest_cmd, "--version"])
+            self.error_log = self.log
+        self.argv = argv
+        self.proc = procs.start(argv, self.log, PROXY_CPU)
+        try:
+            wait_listening(self.port, self.proc, 30)
+        except BenchError as e:
+            self.stop()
+            raise BenchError(f"{e}\n{tail(self.log)}\n{tail(self.error_log)}") from None
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid
+
+    def get(self, url: str, expect_len: int) -> None:
+        """One request through the proxy; raise unless it is a 200 of the expected length."""
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=30)
+        try:
+            conn.request("GET", url)
+            resp = conn.getresponse()
+            body = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise BenchError(f"GET {url} through {self.system}: {e!r}") from None
+        finally:
+            conn.close()
+        if resp.status != 200 or len(body) != expect_len:
+            raise BenchError(
+                f"GET {url} through {self.system}: status {resp.status}, {len(body)} bytes"
+                f" (expected 200, {expect_len} bytes)"
+            )
+
+    def log_offset(self) -> int:
+        if self.access_log is None:
+            return 0
+        try:
+            return self.access_log.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def log_codes(self, start: int) -> Counter[str]:
+        """Result codes (TCP_MEM_HIT, TCP_MISS, ...) logged from byte ``start`` on.
+
+        Waits for the log to stop growing first: Squid writes it through a helper process.
+        """
+        codes: Counter[str] = Counter()
+        if self.access_log is None:
+            return codes
+        last, stable_since = -1, time.monotonic()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            size = self.log_offset()
+            if size != last:
+                last, stable_since = size, time.monotonic()
+            elif time.monotonic() - stable_since > 1.0:
+                break
+            time.sleep(0.2)
+        with self.access_log.open("rb") as f:
+            f.seek(start)
+            for line in f:
+                parts = line.split(maxsplit=4)
+                if len(parts) >= 4:
+                    codes[parts[3].split(b"/")[0].decode(errors="replace")] += 1
+        return codes
+
+    def stop(self) -> None:
+        self.procs.stop(self.proc, grace=10)
+
+
+def harvest_command(explicit: str | None) -> list[str] | None:
+    if explicit:
+        return explicit.split()
+    if os.access(HARVEST_BIN, os.X_OK):
+        return [str(HARVEST_BIN)]
+    probe = subprocess.run(
+        [str(VENV_PY), "-c", "import harvest_cache.cli"],
+        capture_output=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    if probe.returncode == 0:
+        return [
+            str(VENV_PY),
+            "-c",
+            "import sys; from harvest_cache.cli import main; sys.exit(main())",
+        ]
+    return None
+
+
+# -- wrk ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    requests: int
+    seconds: float
+    rps: float
+    mibps: float
+    p50_ms: float
+    p99_ms: float
+    errors: dict[str, int]
+    origin_requests: int
+    proxy_cpu_percent: float
+    client_cpu_percent: float
+    origin_cpu_percent: float
+
+
+def run_wrk(
+    procs: Processes,
+    target_port: int,
+    lua_args: list[str],
+    args: argparse.Namespace,
+    duration: float,
+) -> dict[str, Any]:
+    """Run wrk once; its result has ``cpu_seconds`` added (user + system time wrk used)."""
+    argv = [
+        "wrk",
+        f"-t{args.threads}",
+        f"-c{args.connections}",
+        f"-d{duration:g}s",
+        "--timeout",
+        "10s",
+        "--latency",
+        "-s",
+        str(LUA),
+        f"http://{HOST}:{target_port}/",
+        "--",
+        *lua_args,
+    ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = procs.start(argv, None, CLIENT_CPU)
+    try:
+        out, _ = proc.communicate(timeout=duration + 60)
+    finally:
+        procs.stop(proc)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # wrk is the only child reaped since
+    text = out.decode(errors="replace")
+    for line in text.splitlines():
+        if line.startswith("WRKJSON "):
+            result: dict[str, Any] = json.loads(line[len("WRKJSON ") :])
+            result["cpu_seconds"] = (after.ru_utime + after.ru_stime) - (
+                before.ru_utime + before.ru_stime
+            )
+            return result
+    raise BenchError(f"wrk printed no summary (status {proc.returncode}):\n{text[-2000:]}")
+
+
+def lua_args(scn: Scenario, origin: Origin, tag: str, absolute: bool, inm: str = "-") -> list[str]:
+    base = f"http://{origin.hostport}" if absolute else "-"
+    if scn.kind == "hit":
+        return ["list", base, origin.hostport, f"/obj/{scn.size}?r={tag}&n=", str(scn.urls), inm]
+    if scn.kind == "miss":
+        return ["unique", base, origin.hostport, f"/miss/{tag}-", "0", inm]
+    return ["list", base, origin.hostport, f"/reval/{tag}-", str(scn.urls), inm]
+
+
+def to_run(
+    raw: dict[str, Any], origin_requests: int, cpu: float, client_cpu: float, origin_cpu: float
+) -> Run:
+    seconds = raw["duration_us"] / 1e6
+    lat = raw["latency_us"]
+    return Run(
+        requests=raw["requests"],
+        seconds=round(seconds, 3),
+        rps=round(raw["requests"] / seconds, 1),
+        mibps=round(raw["bytes"] / seconds / MIB, 2),
+        p50_ms=round(lat["p50"] / 1000, 3),
+        p99_ms=round(lat["p99"] / 1000, 3),
+        errors={k: v for k, v in raw["errors"].items() if v},
+        origin_requests=origin_requests,
+        proxy_cpu_percent=round(100 * cpu / seconds, 1),
+        client_cpu_percent=round(100 * client_cpu / seconds, 1),
+        origin_cpu_percent=round(100 * origin_cpu / seconds, 1),
+    )
+
+
+# -- one system --------------------------------------------------------------------------------
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    runs: list[Run]
+    rps: float
+    mibps: float
+    p50_ms: float
+    p99_ms: float
+    peak_rss_mib: float
+    origin_requests_per_request: float
+    proxy_cpu_percent: float
+    client_cpu_percent: float
+    origin_cpu_percent: float
+    log_codes: dict[str, int]
+    checks: list[str] = field(default_factory=list)
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+def check(scn: Scenario, res: ScenarioResult, logged: bool) -> list[str]:
+    """Problems that make a scenario's numbers suspect (empty when they look sane)."""
+    problems = []
+    errors = sum(sum(r.errors.values()) for r in res.runs)
+    requests = sum(r.requests for r in res.runs)
+    if errors:
+        problems.append(f"{errors} wrk errors in {requests} requests")
+    if scn.kind == "hit" and res.origin_requests_per_request > 0.01:
+        problems.append(
+            f"origin saw {res.origin_requests_per_request:.3f} requests per hit (expected 0)"
+        )
+    if scn.kind != "hit" and res.origin_requests_per_request < 0.99:
+        problems.append(
+            f"origin saw {res.origin_requests_per_request:.3f} requests per request (expected 1)"
+        )
+    if res.proxy_cpu_percent < 80:
+        problems.append(
+            f"the proxy used {res.proxy_cpu_percent:.0f}% of its core: the client or the origin"
+            " may be the bottleneck"
+        )
+    if logged:
+        total = sum(res.log_codes.values())
+        good = sum(n for code, n in res.log_codes.items() if scn.expect in code)
+        if total == 0:
+            problems.append("nothing in the access log")
+        elif good < 0.99 * total:
+            problems.append(f"only {good}/{total} logged requests are *{scn.expect}*")
+        # Requests in flight when wrk stops are answered and logged but not counted by wrk.
+        if total and abs(total - requests) > 0.01 * requests + 1024 * len(res.runs):
+            problems.append(f"access log has {total} lines for {requests} requests")
+    return problems
+
+
+def bench_system(
+    system: str,
+    args: argparse.Namespace,
+    procs: Processes,
+    workdir: Path,
+    origin: Origin,
+    scenarios: list[Scenario],
+    harvest_cmd: list[str] | None,
+) -> dict[str, Any]:
+    say(f"\n=== {system} ===")
+    proxy = Proxy(system, procs, workdir, args.memory_mb, args.access_log == "on", harvest_cmd)
+    out: dict[str, Any] = {
+        "status": "ok",
+        "version": proxy.version,
+        "command": proxy.argv,
+        "scenarios": {},
+    }
+    try:
+        proxy.get(f"http://{origin.hostport}/obj/1k?probe=1", SIZES["1k"])
+        rss_resettable = True
+        for scn in scenarios:
+            tag = f"{system[0]}{time.time_ns() % 10**12:x}"
+            size = SIZES[scn.size]
+            if scn.kind == "hit":  # twice: the second fetch must already be a hit
+                for _ in range(2):
+                    for n in range(scn.urls):
+                        proxy.get(f"http://{origin.hostport}/obj/{scn.size}?r={tag}&n={n}", size)
+            elif scn.kind == "reval":
+                for n in range(scn.urls):
+                    proxy.get(f"http://{origin.hostport}/reval/{tag}-{n}", size)
+            rss_resettable = reset_peak_rss(proxy.pgid) and rss_resettable
+            log_start = proxy.log_offset()
+            runs: list[Run] = []
+            for r in range(args.repeats):
+                run_tag = f"{tag}r{r}" if scn.kind == "miss" else tag
+                before = origin.requests_served()
+                cpu_before = cpu_seconds(proxy.pgid)
+                origin_cpu = cpu_seconds(origin.proc.pid)
+                raw = run_wrk(
+                    procs, proxy.port, lua_args(scn, origin, run_tag, True), args, args.duration
+                )
+                cpu = cpu_seconds(proxy.pgid) - cpu_before
+                origin_cpu = cpu_seconds(origin.proc.pid) - origin_cpu
+                served = origin.requests_served() - before - 1
+                if proxy.proc.poll() is not None:
+                    raise BenchError(f"{system} died during {scn.name}\n{tail(proxy.error_log)}")
+                run = to_run(raw, served, cpu, raw["cpu_seconds"], origin_cpu)
+                runs.append(run)
+                say(
+                    f"  {scn.name:9} run {r + 1}/{args.repeats}: {run.rps:11,.0f} req/s"
+                    f" {run.mibps:9,.1f} MiB/s  p50 {run.p50_ms:7.2f} ms  p99 {run.p99_ms:7.2f} ms"
+                    f"  cpu {run.proxy_cpu_percent:3.0f}%"
+                    f" (wrk {run.client_cpu_percent:.0f}%, origin {run.origin_cpu_percent:.0f}%)"
+                    + (f"  errors {run.errors}" if run.errors else "")
+                )
+            requests = sum(r.requests for r in runs)
+            res = ScenarioResult(
+                scenario=scn.name,
+                runs=runs,
+                rps=median([r.rps for r in runs]),
+                mibps=median([r.mibps for r in runs]),
+                p50_ms=median([r.p50_ms for r in runs]),
+                p99_ms=median([r.p99_ms for r in runs]),
+                peak_rss_mib=round(peak_rss_mib(proxy.pgid), 1),
+                origin_requests_per_request=round(
+                    sum(r.origin_requests for r in runs) / max(requests, 1), 4
+                ),
+                proxy_cpu_percent=median([r.proxy_cpu_percent for r in runs]),
+                client_cpu_percent=median([r.client_cpu_percent for r in runs]),
+                origin_cpu_percent=median([r.origin_cpu_percent for r in runs]),
+                log_codes=dict(proxy.log_codes(log_start).most_common()),
+            )
+            res.checks = check(scn, res, proxy.access_log is not None)
+            for problem in res.checks:
+                say(f"  WARNING {scn.name}: {problem}")
+            out["scenarios"][scn.name] = asdict(res)
+        out["peak_rss_per_scenario"] = rss_resettable
+    finally:
+        proxy.stop()
+    return out
+
+
+# -- calibration of the origin -----------------------------------------------------------------
+
+
+def calibrate(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict[str, Any]:
+    """wrk straight at each candidate origin, with no proxy between.
+
+    With the origin on core 0 this is the ceiling of the client on core 1 for every scenario;
+    with the origin on core 1 beside wrk (the layout of the real runs) it is the most misses
+    and revalidations (If-None-Match answered 304) that client and origin can feed a proxy.
+    """
+    rows: dict[str, Any] = {}
+    shared = [s for s in SCENARIOS if s.kind != "hit"]
+    for kind in ("nginx", "python"):
+        for layout, cpu, scenarios in (
+            ("own core", PROXY_CPU, list(SCENARIOS)),
+            ("core of wrk", CLIENT_CPU, shared),
+        ):
+            origin = Origin(kind, procs, workdir / f"{kind}-{cpu}", cpu)
+            try:
+                inm = origin.etag("/reval/x")
+                for scn in scenarios:
+                    extra = inm if scn.kind == "reval" else "-"
+                    raw = run_wrk(
+                        procs,
+                        origin.port,
+                        lua_args(scn, origin, "cal", False, extra),
+                        args,
+                        args.duration,
+                    )
+                    run = to_run(raw, 0, 0.0, raw["cpu_seconds"], 0.0)
+                    key = f"{kind} on {layout}: {scn.name}"
+                    rows[key] = asdict(run)
+                    say(
+                        f"  {key:32} {run.rps:9,.0f} req/s {run.mibps:8,.0f} MiB/s"
+                        f"  p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms"
+                        + (f"  errors {run.errors}" if run.errors else "")
+                    )
+            finally:
+                procs.stop(origin.proc)
+    return rows
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def ratios(results: dict[str, Any], scenarios: list[Scenario], memory_mb: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    sq = results.get("squid", {}).get("scenarios", {})
+    hv = results.get("harvest", {}).get("scenarios", {})
+    for scn in scenarios:
+        if scn.name not in sq or scn.name not in hv:
+            continue
+        s, h = sq[scn.name], hv[scn.name]
+        r = {
+            "rps": round(h["rps"] / s["rps"], 2) if s["rps"] else None,
+            "mibps": round(h["mibps"] / s["mibps"], 2) if s["mibps"] else None,
+            "p50": round(h["p50_ms"] / s["p50_ms"], 2) if s["p50_ms"] else None,
+            "p99": round(h["p99_ms"] / s["p99_ms"], 2) if s["p99_ms"] else None,
+            "rss": round(h["peak_rss_mib"] / s["peak_rss_mib"], 2) if s["peak_rss_mib"] else None,
+            "target_rps": scn.target,
+        }
+        r["meets_target"] = r["rps"] is not None and r["rps"] >= scn.target
+        if scn.kind == "miss":
+            r["rss_limit_mib"] = memory_mb + RSS_SLACK_MIB
+            r["meets_rss_limit"] = h["peak_rss_mib"] <= memory_mb + RSS_SLACK_MIB
+        out[scn.name] = r
+    return out
+
+
+def table(report: dict[str, Any], scenarios: list[Scenario], out: TextIO) -> None:
+    head = (
+        f"{'scenario':9} {'system':8} {'req/s':>10} {'MiB/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
+        f" {'RSS MiB':>8} {'cpu0%':>5} {'cpu1%':>5} {'orig/req':>8}  log"
+    )
+    print("\n" + head, file=out)
+    print("-" * len(head), file=out)
+    results = report["systems"]
+    for scn in scenarios:
+        for system in SYSTEMS:
+            sys_res = results.get(system)
+            if sys_res is None:
+                continue
+            if sys_res["status"] != "ok":
+                print(f"{scn.name:9} {system:8} could not run: see above", file=out)
+                continue
+            r = sys_res["scenarios"].get(scn.name)
+            if r is None:
+                continue
+            codes = r["log_codes"]
+            total = sum(codes.values())
+            log = (
+                ", ".join(f"{c} {100 * n / total:.1f}%" for c, n in list(codes.items())[:2])
+                if total
+                else "-"
+            )
+            print(
+                f"{scn.name:9} {system:8} {r['rps']:10,.0f} {r['mibps']:9,.1f}"
+                f" {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['peak_rss_mib']:8.1f}"
+                f" {r['proxy_cpu_percent']:5.0f}"
+                f" {r['client_cpu_percent'] + r['origin_cpu_percent']:5.0f}"
+                f" {r['origin_requests_per_request']:8.3f}  {log}"
+                + ("  SUSPECT" if r["checks"] else ""),
+                file=out,
+            )
+        ratio = report["ratios"].get(scn.name)
+        if ratio:
+            verdict = "meets" if ratio["meets_target"] else "MISSES"
+            line = (
+                f"{scn.name:9} {'H/S':8} {ratio['rps']:9.2f}x {ratio['mibps']:8.2f}x"
+                f" {ratio['p50']:7.2f}x {ratio['p99']:7.2f}x {ratio['rss']:7.2f}x"
+                f"   target req/s >= {scn.target:g}x: {verdict}"
+            )
+            if "meets_rss_limit" in ratio:
+                line += f"; RSS <= {ratio['rss_limit_mib']} MiB: " + (
+                    "meets" if ratio["meets_rss_limit"] else "MISSES"
+                )
+            print(line, file=out)
+    out.flush()
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="harvest-cache against Squid under wrk load.")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per run (10)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per scenario; medians kept (3)")
+    p.add_argument("--connections", type=int, default=64, help="wrk connections (64)")
+    p.add_argument("--threads", type=int, default=1, help="wrk threads, all on core 1 (1)")
+    p.add_argument(
+        "--scenarios",
+        default=",".join(s.name for s in SCENARIOS),
+        help="comma-separated subset of: " + ", ".join(s.name for s in SCENARIOS),
+    )
+    p.add_argument("--only", choices=SYSTEMS, help="benchmark one system only")
+    p.add_argument("--memory-mb", type=int, default=512, help="memory tier of both (512)")
+    p.add_argument(
+        "--access-log",
+        choices=("on", "off"),
+        default="on",
+        help="access logs of both proxies (on, as both ship)",
+    )
+    p.add_argument("--origin", choices=("nginx", "python"), default="nginx", help="(nginx)")
+    p.add_argument("--harvest-cmd", help="command that starts harvest-cache (default: the venv's)")
+    p.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="JSON results file")
+    p.add_argument("--keep", action="store_true", help="keep the work dir (configs, logs)")
+    p.add_argument("--calibrate", action="store_true", help="measure the candidate origins instead")
+    args = p.parse_args(argv)
+    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    known = {s.name for s in SCENARIOS}
+    if unknown := [n for n in names if n not in known]:
+        p.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    args.scenario_list = [s for s in SCENARIOS if s.name in names]
+    if args.duration <= 0 or args.duration > 600 or args.repeats < 1 or args.connections < 1:
+        p.error("need 0 < --duration <= 600, --repeats >= 1, --connections >= 1")
+    if args.threads < 1 or args.threads > args.connections:
+        p.error("need 1 <= --threads <= --connections")
+    return args
+
+
+@contextlib.contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into SystemExit so that every ``finally`` runs."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if (os.cpu_count() or 1) < 2:
+        say("warning: fewer than 2 cores; the pinning below assumes cores 0 and 1")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    procs = Processes()
+    workdir = Path(tempfile.mkdtemp(prefix="harvest-bench-"))
+    os.chmod(workdir, 0o755)  # Squid runs as the proxy user and writes below it
+    status = 0
+    try:
+        with terminated_as_exit():
+            needs = ["wrk", "taskset"]
+            if args.calibrate or args.origin == "nginx":
+                needs.append("nginx")
+            if not args.calibrate and args.only != "harvest":
+                needs.append("squid")
+            tools = ensure_tools(needs)
+            if args.calibrate:
+                say(f"calibrating origins: wrk on core {CLIENT_CPU}, {args.duration:g} s each")
+                rows = calibrate(args, procs, workdir)
+                out = args.output.with_name("calibrate.json")
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(rows, indent=2) + "\n")
+                say(f"\nwrote {out}")
+                return 0
+            systems = [args.only] if args.only else list(SYSTEMS)
+            harvest_cmd = harvest_command(args.harvest_cmd) if "harvest" in systems else None
+            origin = Origin(args.origin, procs, workdir, ORIGIN_CPU)
+            say(
+                f"origin {origin.version} on {origin.hostport}, core {ORIGIN_CPU}; proxies on"
+                f" core {PROXY_CPU}; wrk -t{args.threads} -c{args.connections} on core"
+                f" {CLIENT_CPU}; {args.repeats} x {args.duration:g} s per scenario;"
+                f" access logs {args.access_log}"
+            )
+            report: dict[str, Any] = {
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "machine": {
+                    "cpu": _cpu_model(),
+                    "cores": os.cpu_count(),
+                    "kernel": platform.release(),
+                    "python": platform.python_version(),
+                },
+                "settings": {
+                    "duration_s": args.duration,
+                    "repeats": args.repeats,
+                    "connections": args.connections,
+                    "wrk_threads": args.threads,
+                    "memory_mb": args.memory_mb,
+                    "access_log": args.access_log,
+                    "origin": origin.version,
+                    "cores": {"proxy": PROXY_CPU, "origin": ORIGIN_CPU, "wrk": CLIENT_CPU},
+                    "wrk": version_of([tools["wrk"], "-v"]),
+                },
+                "scenarios": {s.name: s.about for s in args.scenario_list},
+                "systems": {},
+                "ratios": {},
+            }
+            for system in systems:
+                try:
+                    report["systems"][system] = bench_system(
+                        system, args, procs, workdir, origin, args.scenario_list, harvest_cmd
+                    )
+                except BenchError as e:
+                    status = 1
+                    say(f"\n*** {system} COULD NOT RUN: {e}")
+                    report["systems"][system] = {"status": f"could not run: {e}"}
+            report["ratios"] = ratios(report["systems"], args.scenario_list, args.memory_mb)
+            table(report, args.scenario_list, sys.stdout)
+            for system, res in report["systems"].items():
+                if res["status"] != "ok":
+                    say(f"\n{system}: COULD NOT RUN ({res['status'].splitlines()[0]})")
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(json.dumps(report, indent=2) + "\n")
+            say(f"\nwrote {args.output}")
+    except BenchError as e:
+        say(f"error: {e}")
+        status = 2
+    finally:
+        procs.stop_all()
+        if args.keep:
+            say(f"work dir kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return status
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

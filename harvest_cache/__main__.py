@@ -1,0 +1,5 @@
+import sys
+
+from harvest_cache.cli import main
+
+sys.exit(main())

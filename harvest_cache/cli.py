@@ -1,0 +1,96 @@
+"""``harvest-cache``: run the caching proxy."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from harvest_cache import __version__
+from harvest_cache.config import Config, ConfigError, load, reference
+from harvest_cache.errors import HarvestCacheError
+from harvest_cache.server.app import CacheServer
+
+log = logging.getLogger("harvest_cache")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="harvest-cache", description="Harvest's HTTP/1.1 caching forward proxy."
+    )
+    p.add_argument("--config", type=Path, help="TOML configuration file")
+    p.add_argument("--listen", metavar="HOST:PORT", help="listen address (default 127.0.0.1:3128)")
+    p.add_argument("--cache-dir", metavar="DIR", help="disk tier directory (default ./var/cache)")
+    p.add_argument("--memory-mb", type=int, metavar="N", help="memory tier size in MiB")
+    p.add_argument("--disk-mb", type=int, metavar="N", help="disk tier size in MiB")
+    p.add_argument(
+        "--check-config", action="store_true", help="validate the configuration and exit"
+    )
+    p.add_argument(
+        "--config-reference", action="store_true", help="print every setting as Markdown and exit"
+    )
+    p.add_argument("--version", action="version", version=f"harvest-cache {__version__}")
+    return p
+
+
+def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Command-line values, checked by the same rules as the file's."""
+    out: dict[str, dict[str, Any]] = {}
+    for flag, section, key in (
+        ("listen", "server", "listen"),
+        ("cache_dir", "cache", "dir"),
+        ("memory_mb", "cache", "memory_mb"),
+        ("disk_mb", "cache", "disk_mb"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            out.setdefault(section, {})[key] = value
+    return out
+
+
+async def serve(config: Config) -> None:
+    server = await CacheServer.start(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("stopping: finishing requests in progress")
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.config_reference:
+        sys.stdout.write(reference())
+        return 0
+    try:
+        config = load(args.config, overrides(args))
+    except ConfigError as e:
+        for problem in e.problems:
+            print(f"harvest-cache: {problem}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        print("configuration OK")
+        return 0
+    logging.basicConfig(
+        level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        uvloop.run(serve(config))
+    except ConfigError as e:
+        for problem in e.problems:
+            print(f"harvest-cache: {problem}", file=sys.stderr)
+        return 2
+    except (HarvestCacheError, OSError) as e:
+        print(f"harvest-cache: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,67 @@
+"""The Cache-Status response field (RFC 9211): what this cache did with a request.
+
+One list member per cache, ours appended after any from caches nearer the origin, e.g.::
+
+    harvest; hit; ttl=53
+    harvest; fwd=uri-miss; fwd-status=200; stored
+    harvest; fwd=stale; fwd-status=304; ttl=60
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+# RFC 9211 2.2: why the request went forward.
+FWD_REASONS = frozenset(
+    {"bypass", "method", "uri-miss", "vary-miss", "miss", "request", "stale", "partial"}
+)
+
+_SF_TOKEN = re.compile(r"[A-Za-z*][!#$%&'*+\-.^_`|~0-9A-Za-z:/]*")
+_SF_INTEGER_MAX = 999_999_999_999_999  # RFC 8941 3.3.1
+
+
+def cache_status(
+    name: str,
+    *,
+    hit: bool,
+    fwd: str | None = None,
+    fwd_status: int | None = None,
+    stored: bool = False,
+    collapsed: bool = False,
+    ttl: float | None = None,
+    detail: str | None = None,
+) -> str:
+    """Our Cache-Status member. ``hit`` and ``fwd`` exclude each other: a hit was not
+    forwarded (RFC 9211 2.1, 2.2). ``ttl`` is rounded down, so a stale response shows a
+    negative one; ``collapsed`` means the request joined another's forward request."""
+    if hit and fwd is not None:
+        raise ValueError("a Cache-Status hit was not forwarded: give hit or fwd, not both")
+    if fwd is not None and fwd not in FWD_REASONS:
+        raise ValueError(f"unknown Cache-Status fwd reason {fwd!r}")
+    params = [_item(name)]
+    if hit:
+        params.append("hit")
+    if fwd is not None:
+        params.append(f"fwd={fwd}")
+    if fwd_status is not None:
+        params.append(f"fwd-status={fwd_status}")
+    if stored:
+        params.append("stored")
+    if collapsed:
+        params.append("collapsed")
+    if ttl is not None:
+        params.append(f"ttl={max(-_SF_INTEGER_MAX, min(math.floor(ttl), _SF_INTEGER_MAX))}")
+    if detail is not None:
+        params.append(f"detail={_item(detail)}")
+    return "; ".join(params)
+
+
+def _item(value: str) -> str:
+    """A Structured Field token if ``value`` is one, else a String (RFC 8941 3.3.3, 3.3.4)."""
+    if _SF_TOKEN.fullmatch(value):
+        return value
+    if not value.isascii() or not value.isprintable():
+        raise ValueError(f"Cache-Status text must be printable ASCII: {value!r}")
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'

@@ -1,0 +1,127 @@
+"""How long a response stays fresh and how old it is (RFC 9111 4.2), for a shared cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harvest_cache.http.cache_control import MAX_DELTA, CacheControl, delta_seconds
+from harvest_cache.http.dates import header_date, parse_http_date
+from harvest_cache.http.headers import Headers
+
+# Status codes defined as heuristically cacheable (RFC 9110 15.1).
+HEURISTIC_STATUSES = frozenset({200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501})
+
+
+@dataclass(frozen=True, slots=True)
+class Heuristic:
+    """Freshness for responses without explicit freshness, like Squid's refresh_pattern.
+
+    With Last-Modified: ``percent`` of the time between Last-Modified and Date, clamped to
+    [``min_seconds``, ``max_seconds``]. Without it: ``min_seconds`` (Harvest's per-URL-pattern
+    default; 0 unless configured).
+    """
+
+    percent: int
+    max_seconds: int
+    min_seconds: int = 0
+
+    def __post_init__(self) -> None:
+        if self.percent < 0 or not 0 <= self.min_seconds <= self.max_seconds:
+            raise ValueError(f"need percent >= 0 and 0 <= min <= max seconds: {self!r}")
+
+    def lifetime(self, since_modified: float | None) -> float:
+        """The lifetime for a response modified ``since_modified`` seconds before its Date."""
+        if since_modified is None:
+            return float(self.min_seconds)
+        share = max(0.0, since_modified) * self.percent / 100
+        return min(max(share, self.min_seconds), self.max_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Lifetime:
+    """A freshness lifetime in seconds; ``heuristic`` when no explicit freshness was given."""
+
+    seconds: float
+    heuristic: bool
+
+
+def explicit_lifetime(
+    headers: Headers, cc: CacheControl, *, response_time: float | None = None
+) -> float | None:
+    """The explicit freshness lifetime (RFC 9111 4.2.1) in a shared cache, or None.
+
+    s-maxage wins over max-age, which wins over Expires minus Date. Expires that is invalid
+    (``0`` included) or given twice with different values means already expired. Without a
+    valid Date, ``response_time`` stands in for it (RFC 9110 6.6.1 has the receiving cache
+    supply one); without either, an Expires response counts as expired.
+    """
+    if cc.s_maxage is not None:
+        return float(cc.s_maxage)
+    if cc.max_age is not None:
+        return float(cc.max_age)
+    expires_lines = headers.get_all("Expires")
+    if not expires_lines:
+        return None
+    expires = parse_http_date(expires_lines[0])
+    date = _date(headers, response_time)
+    if expires is None or date is None or any(v != expires_lines[0] for v in expires_lines):
+        return 0.0
+    return max(0.0, expires - date)
+
+
+def freshness_lifetime(
+    status: int,
+    headers: Headers,
+    cc: CacheControl,
+    heuristic: Heuristic,
+    *,
+    response_time: float | None = None,
+) -> Lifetime:
+    """The response's freshness lifetime (RFC 9111 4.2.1, 4.2.2).
+
+    Heuristic freshness applies only to heuristically cacheable statuses or ``public``
+    responses; otherwise a response without explicit freshness has a lifetime of 0.
+    """
+    explicit = explicit_lifetime(headers, cc, response_time=response_time)
+    if explicit is not None:
+        return Lifetime(explicit, heuristic=False)
+    if status not in HEURISTIC_STATUSES and not cc.public:
+        return Lifetime(0.0, heuristic=False)
+    last_modified = header_date(headers, "Last-Modified")
+    date = _date(headers, response_time)
+    since_modified = None if last_modified is None or date is None else date - last_modified
+    return Lifetime(heuristic.lifetime(since_modified), heuristic=True)
+
+
+def current_age(headers: Headers, request_time: float, response_time: float, now: float) -> float:
+    """The response's current age in seconds (RFC 9111 4.2.3).
+
+    ``request_time`` and ``response_time`` bracket the exchange that brought the response;
+    the delay between them is added to its Age, since it may have aged that long in transit.
+    An Age that is not delta-seconds is ignored; of several, the first valid one counts.
+    A missing Date gives no apparent age. Clock steps backwards never make it younger.
+    """
+    date = header_date(headers, "Date")
+    apparent_age = 0.0 if date is None else max(0.0, response_time - date)
+    response_delay = max(0.0, response_time - request_time)
+    corrected_age_value = _age_header(headers) + response_delay
+    corrected_initial_age = max(apparent_age, corrected_age_value)
+    resident_time = max(0.0, now - response_time)
+    return corrected_initial_age + resident_time
+
+
+def age_value(age: float) -> str:
+    """The Age field value for ``age`` seconds: whole seconds, capped at 2**31 (RFC 9111 5.1)."""
+    return str(min(max(int(age), 0), MAX_DELTA))
+
+
+def _date(headers: Headers, fallback: float | None) -> float | None:
+    date = header_date(headers, "Date")
+    return fallback if date is None else date
+
+
+def _age_header(headers: Headers) -> int:
+    for member in headers.get_list("Age"):
+        if (seconds := delta_seconds(member)) is not None:
+            return seconds
+    return 0

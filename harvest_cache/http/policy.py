@@ -1,0 +1,209 @@
+"""The shared cache's decisions: may a response be stored, may a stored one be reused.
+
+The proxy driver asks; these functions answer from header fields and the time it passes in,
+and name their reason so that it can be logged and counted. Invalidation after unsafe
+methods lives in ``invalidation``; ``age_value`` in ``freshness``. Both are re-exported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harvest_cache.http.cache_control import CacheControl, parse_cache_control
+from harvest_cache.http.freshness import (
+    HEURISTIC_STATUSES,
+    Heuristic,
+    age_value,
+    current_age,
+    explicit_lifetime,
+    freshness_lifetime,
+)
+from harvest_cache.http.headers import Headers
+from harvest_cache.http.invalidation import invalidated_urls, invalidates
+from harvest_cache.http.validation import response_etag
+from harvest_cache.http.vary import vary_names
+from harvest_cache.store.entry import StoredHead
+
+# Statuses whose caching rules Harvest implements: with must-understand, only these may be
+# stored, and for them no-store is then ignored (RFC 9111 5.2.2.3).
+UNDERSTOOD_STATUSES = (HEURISTIC_STATUSES - {206}) | {302, 303, 307}
+
+
+def request_directives(headers: Headers) -> CacheControl:
+    """The request's Cache-Control; ``Pragma: no-cache`` counts only without Cache-Control
+    (RFC 9111 5.4)."""
+    lines = headers.get_all("Cache-Control")
+    if not lines and any(p.lower() == "no-cache" for p in headers.get_list("Pragma")):
+        lines = ["no-cache"]
+    return parse_cache_control(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDecision:
+    """Whether a response may be stored, and why not.
+
+    ``omit_fields`` names fields a shared cache must not store (``private="..."``, RFC 9111
+    5.2.2.7): the caller drops them from the stored head.
+    """
+
+    ok: bool
+    reason: str
+    omit_fields: tuple[str, ...] = ()
+
+
+def storable(
+    method: str,
+    request_headers: Headers,
+    request_cc: CacheControl,
+    status: int,
+    response_headers: Headers,
+    response_cc: CacheControl,
+) -> StoreDecision:
+    """May a shared cache store this response (RFC 9111 3)?
+
+    Reasons, checked in this order: ``method`` (only GET: a HEAD response has no content to
+    store as a GET's), ``status`` (not final, 206 for now, or 304), ``no-store`` (request, or
+    response unless must-understand with a status Harvest understands), ``must-understand``
+    (status not understood), ``private``, ``authorization`` (RFC 9111 3.5), ``vary-star``,
+    ``no-freshness`` (no explicit freshness, not public, not heuristically cacheable), and
+    ``stale-no-validator``: the response needs validation at once (no-cache, or explicit
+    freshness of 0) but gives no validator to do it with, so every reuse would refetch it
+    (Squid refuses these too). A stored no-cache response with a validator is fine: it is
+    revalidated on each use.
+    """
+    if method != "GET":
+        return StoreDecision(False, "method")
+    if status < 200 or status > 599 or status in (206, 304):
+        return StoreDecision(False, "status")
+    if request_cc.no_store:
+        return StoreDecision(False, "no-store")
+    if response_cc.must_understand:
+        if status not in UNDERSTOOD_STATUSES:
+            return StoreDecision(False, "must-understand")
+    elif response_cc.no_store:
+        return StoreDecision(False, "no-store")
+    if response_cc.private:
+        return StoreDecision(False, "private")
+    if "Authorization" in request_headers and not (
+        response_cc.public or response_cc.s_maxage is not None or response_cc.must_revalidate
+    ):
+        return StoreDecision(False, "authorization")
+    if vary_names(response_headers) is None:
+        return StoreDecision(False, "vary-star")
+    explicit = explicit_lifetime(response_headers, response_cc)
+    if explicit is None and not response_cc.public and status not in HEURISTIC_STATUSES:
+        return StoreDecision(False, "no-freshness")
+    if (
+        (response_cc.no_cache or response_cc.no_cache_fields or explicit == 0)
+        and response_etag(response_headers) is None
+        and "Last-Modified" not in response_headers
+    ):
+        return StoreDecision(False, "stale-no-validator")
+    return StoreDecision(True, "ok", response_cc.private_fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Fresh:
+    """The stored response may be served without contacting the origin.
+
+    ``reason`` is ``fresh``, or ``max-stale`` when it is stale (``ttl`` <= 0) but within what
+    the request accepts.
+    """
+
+    age: float
+    ttl: float
+    reason: str = "fresh"
+
+
+@dataclass(frozen=True, slots=True)
+class MustValidate:
+    """The stored response may be served only after the origin confirms it (a 304).
+
+    ``reason``: ``no-cache`` (response), ``request-no-cache``, ``request-max-age``,
+    ``min-fresh``, ``must-revalidate`` (stale, and must-revalidate, proxy-revalidate or
+    s-maxage forbids serving it so), or ``stale``.
+
+    ``stale_if_error``: if the origin cannot be reached or answers 5xx, the stored response
+    may be served (stale) instead (RFC 9111 4.2.4: no response directive forbids it). With
+    ``stale_while_revalidate`` (only for reason ``stale``) it may be served at once while
+    validation runs in the background (RFC 5861 3: staleness within the response's window).
+    """
+
+    age: float
+    ttl: float
+    reason: str
+    stale_if_error: bool = False
+    stale_while_revalidate: bool = False
+
+
+Reuse = Fresh | MustValidate
+
+
+def evaluate(
+    stored: StoredHead, request_cc: CacheControl, now: float, heuristic: Heuristic
+) -> Reuse:
+    """May ``stored`` answer a request with directives ``request_cc`` at ``now`` (RFC 9111 4)?
+
+    The checks run in the order of ``MustValidate.reason``. ``immutable`` changes nothing:
+    RFC 8246 lets a user agent skip revalidation on reload, but a request's no-cache or
+    max-age=0 reaching a shared cache is an explicit wish that the cache honours.
+    ``only-if-cached`` is the caller's: it answers 504 instead of validating.
+    """
+    headers = Headers(stored.headers)
+    cc = parse_cache_control(headers.get_all("Cache-Control"))
+    lifetime = freshness_lifetime(
+        stored.status, headers, cc, heuristic, response_time=stored.response_time
+    )
+    age = current_age(headers, stored.request_time, stored.response_time, now)
+    ttl = lifetime.seconds - age
+    stale_forbidden = cc.must_revalidate or cc.proxy_revalidate or cc.s_maxage is not None
+    reason = _validation_reason(cc, request_cc, age, ttl, stale_forbidden)
+    if reason is None:
+        return Fresh(age, ttl, "fresh" if ttl > 0 else "max-stale")
+    window = cc.stale_while_revalidate
+    return MustValidate(
+        age,
+        ttl,
+        reason,
+        stale_if_error=not (stale_forbidden or cc.no_cache or cc.no_cache_fields),
+        # Only for plain staleness: a client that asked for validation gets it.
+        stale_while_revalidate=reason == "stale" and window is not None and -ttl <= window,
+    )
+
+
+def _validation_reason(
+    cc: CacheControl, request_cc: CacheControl, age: float, ttl: float, stale_forbidden: bool
+) -> str | None:
+    """Why the stored response needs validation, or None if it may be served as it is."""
+    # Harvest treats no-cache with field names like plain no-cache (RFC 9111 5.2.2.4 allows
+    # serving the rest without those fields; few caches do, and revalidating is always safe).
+    if cc.no_cache or cc.no_cache_fields:
+        return "no-cache"
+    if request_cc.no_cache:
+        return "request-no-cache"
+    if request_cc.max_age is not None and age > request_cc.max_age:
+        return "request-max-age"
+    if request_cc.min_fresh is not None and ttl < request_cc.min_fresh:
+        return "min-fresh"
+    if ttl > 0:
+        return None
+    if stale_forbidden:
+        return "must-revalidate"
+    if request_cc.max_stale is not None and -ttl <= request_cc.max_stale:
+        return None
+    return "stale"
+
+
+__all__ = [
+    "UNDERSTOOD_STATUSES",
+    "Fresh",
+    "MustValidate",
+    "Reuse",
+    "StoreDecision",
+    "age_value",
+    "evaluate",
+    "invalidated_urls",
+    "invalidates",
+    "request_directives",
+    "storable",
+]

@@ -1,0 +1,79 @@
+"""Request targets: the absolute-form URL a forward proxy receives, and CONNECT's authority."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from harvest_cache.errors import RequestError
+
+_DEFAULT_PORTS = {"http": 80}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """An origin and a path; ``url`` is the canonical form used as the cache key."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+
+    @property
+    def authority(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == _DEFAULT_PORTS.get(self.scheme) else f"{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.authority}{self.path}"
+
+
+def _check_host(host: str, raw: str) -> str:
+    if not host:
+        raise RequestError(400, f"no host in {raw!r}")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise RequestError(400, f"bad IPv6 address in {raw!r}") from None
+        return host
+    if any(c in host for c in " \t\r\n/\\@%") or host.startswith(".") or ".." in host:
+        raise RequestError(400, f"bad host in {raw!r}")
+    return host
+
+
+def parse_absolute(raw: str) -> Target:
+    """Parse an absolute-form request target (RFC 9112 3.2.2); only ``http`` is proxied."""
+    if raw.startswith("/"):
+        raise RequestError(400, "a proxy request must carry an absolute URL (http://host/path)")
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError:
+        raise RequestError(400, f"malformed URL {raw!r}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        if scheme:
+            raise RequestError(501, f"the {scheme!r} scheme is not supported")
+        raise RequestError(400, f"malformed URL {raw!r}")
+    if parts.username is not None or parts.password is not None:
+        raise RequestError(400, "user information in an http URL is not allowed")
+    host = _check_host((parts.hostname or "").lower().rstrip("."), raw)
+    if port == 0:
+        raise RequestError(400, f"port 0 in {raw!r}")
+    path = parts.path or "/"
+    if parts.query or raw.endswith("?"):
+        path = f"{path}?{parts.query}"
+    return Target(scheme, host, port or _DEFAULT_PORTS[scheme], path)
+
+
+def parse_authority(raw: str) -> tuple[str, int]:
+    """CONNECT's ``host:port`` (RFC 9110 9.3.6); the port is required."""
+    host, sep, port = raw.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise RequestError(400, f"CONNECT needs host:port, got {raw!r}")
+    return _check_host(host.lower(), raw), int(port)

@@ -1,0 +1,118 @@
+"""The running cache: it owns the listener, store, resolver, pool, access log and tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+from harvest_cache.config import Config
+from harvest_cache.server.accesslog import AccessLog, Hierarchy, Result, format_line
+from harvest_cache.server.connection import ClientConnection
+from harvest_cache.server.proxy import Proxy
+from harvest_cache.server.tasks import TaskSet
+from harvest_cache.server.transaction import Transaction
+from harvest_cache.store.interface import ObjectStore
+from harvest_cache.store.tiered import open_store
+from harvest_cache.upstream.dns import Resolver
+from harvest_cache.upstream.pool import Pool
+
+log = logging.getLogger("harvest_cache")
+
+
+class CacheServer:
+    """Start with ``await CacheServer.start(config)``; end with ``await stop()``."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: ObjectStore,
+        resolver: Resolver,
+        access_log: AccessLog,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.resolver = resolver
+        self.access_log = access_log
+        self.tasks = TaskSet()
+        self.pool = Pool(resolver, config.upstream)
+        self.connections: set[ClientConnection] = set()
+        self.name = config.server.name
+        self.proxy: Proxy | None = None
+        self._server: asyncio.Server | None = None
+        self.address: tuple[str, int] = (config.server.listen.host, config.server.listen.port)
+
+    @classmethod
+    async def start(cls, config: Config) -> CacheServer:
+        store = await open_store(config.cache)
+        resolver = await Resolver.open(config.dns)
+        access_log = await AccessLog.open(config.log.access_log)
+        self = cls(config, store, resolver, access_log)
+        try:
+            await self._listen()
+        except BaseException:
+            await self._close_parts()
+            raise
+        return self
+
+    async def _listen(self) -> None:
+        loop = asyncio.get_running_loop()
+        listen = self.config.server.listen
+        self._server = await loop.create_server(
+            self._new_connection, listen.host, listen.port, reuse_address=True, backlog=1024
+        )
+        sockname = self._server.sockets[0].getsockname()
+        self.address = (sockname[0], sockname[1])
+        self.name = self.config.server.name or f"{socket.gethostname()}:{self.address[1]}"
+        self.proxy = Proxy(
+            self.config, self.name, self.store, self.pool, self._record, self.tasks.spawn
+        )
+        log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
+
+    def _new_connection(self) -> asyncio.Protocol:
+        assert self.proxy is not None
+        conn = ClientConnection(self.config, self.proxy, self.tasks, self.connections.discard)
+        if len(self.connections) >= self.config.server.max_connections:
+            # Accepted only to be closed at once: the limit protects the process.
+            conn.must_close = True
+            asyncio.get_running_loop().call_soon(conn.close)
+        self.connections.add(conn)
+        return conn
+
+    def _record(self, tx: Transaction) -> None:
+        now = time.time()
+        loop_now = asyncio.get_running_loop().time()
+        self.access_log.write(
+            format_line(
+                now=now,
+                elapsed_ms=round((loop_now - tx.started) * 1000),
+                client=tx.client,
+                result=Result(tx.result),
+                status=tx.status,
+                size=tx.bytes_sent,
+                method=tx.method,
+                url=tx.url,
+                hierarchy=Hierarchy(tx.hierarchy),
+                peer=tx.peer,
+                content_type=tx.content_type,
+                aborted=tx.aborted,
+            )
+        )
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, let requests in progress finish within ``grace``, then close all."""
+        if self._server is not None:
+            self._server.close()
+        await self.tasks.drain(grace)
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+        await self._close_parts()
+
+    async def _close_parts(self) -> None:
+        self.pool.close()
+        await self.access_log.close()
+        await self.resolver.close()
+        await self.store.close()

@@ -1,0 +1,328 @@
+"""A client connection: parses requests with httptools and answers them in order.
+
+Requests are parsed as bytes arrive (pipelined ones queue up); one handler coroutine per
+connection answers them in order. Limits are enforced while parsing: request line (414),
+head size and field count (431), body size (413), a deadline for the whole head (408, against
+slow-loris clients) and an idle timeout between requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, cast
+
+import httptools
+
+from harvest_cache.config import Config
+from harvest_cache.errors import RequestError
+from harvest_cache.http.headers import Headers
+from harvest_cache.server.request import BodyStream, Request
+from harvest_cache.server.tasks import TaskSet
+
+# Pipelined requests held before the socket is paused.
+_MAX_QUEUED = 32
+
+
+class Handler(Protocol):
+    async def handle(self, req: Request, conn: ClientConnection) -> None: ...
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(
+        self,
+        config: Config,
+        handler: Handler,
+        tasks: TaskSet,
+        on_close: Callable[[ClientConnection], None],
+    ) -> None:
+        self._config = config.server
+        self._handler = handler
+        self._tasks = tasks
+        self._on_close = on_close
+        self.transport: asyncio.Transport | None = None
+        self.client_ip = "-"
+        self.closed = False
+        self.must_close = False  # set by the handler when this response ends the connection
+        self._parser = httptools.HttpRequestParser(self)
+        self._queue: deque[Request] = deque()
+        self._worker: asyncio.Task[Any] | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._reading_paused = False
+        self._stopped_reading = False
+        # per-request parse state
+        self._url = bytearray()
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._head_bytes = 0
+        self._in_head = False
+        self._current: Request | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        # CONNECT: bytes that arrived after the request head, and where tunnel data goes
+        self.tunnel_preface = b""
+        self.tunnel_sink: Callable[[bytes], None] | None = None
+        self.tunnel_eof: Callable[[], None] | None = None
+        self.tunnel_resume: Callable[[], None] | None = None
+
+    # -- asyncio callbacks -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.client_ip = peer[0] if peer else "-"
+        self._arm_idle()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._writable.set()
+        self._cancel_timers()
+        if self._current is not None and self._current.body is not None:
+            self._current.body.fail(RequestError(400, "the client closed the connection"))
+        if self.tunnel_eof is not None:
+            self.tunnel_eof()
+        self._on_close(self)
+
+    def eof_received(self) -> bool:
+        if self.tunnel_eof is not None:
+            self.tunnel_eof()
+            return True
+        if self._current is not None and self._current.body is not None:
+            self._current.body.fail(RequestError(400, "the client closed mid-body"))
+        # Keep the socket open for writing if answers are still due; close after them.
+        self.must_close = True
+        return self._worker is not None or bool(self._queue)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+        if self.tunnel_resume is not None:
+            self.tunnel_resume()
+
+    def data_received(self, data: bytes) -> None:
+        if self.tunnel_sink is not None:
+            self.tunnel_sink(data)
+            return
+        if self._stopped_reading:
+            return
+        if not self._in_head and self._current is None:
+            self._start_head()
+        if self._in_head:
+            self._head_bytes += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade as e:
+            # CONNECT: the rest of the bytes are tunnel data.
+            self.tunnel_preface = data[e.args[0] :]
+            self._stop_reading()
+        except httptools.HttpParserCallbackError as e:
+            if isinstance(e.__context__, RequestError):
+                self._reject(e.__context__)
+            else:
+                raise
+        except httptools.HttpParserError as e:
+            self._reject(RequestError(400, f"malformed request: {e}"))
+        else:
+            limit = self._config.max_request_line + self._config.max_header_bytes
+            if self._in_head and self._head_bytes > limit:
+                self._reject(RequestError(431, "request head too large"))
+
+    # -- httptools callbacks -----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if not self._in_head:
+            self._start_head()
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        if len(self._url) > self._config.max_request_line:
+            raise RequestError(414, "request line too long")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._raw_headers.append((name, value))
+        if len(self._raw_headers) > self._config.max_header_count:
+            raise RequestError(431, "too many header fields")
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        parser = self._parser
+        headers = Headers.from_raw(self._raw_headers)
+        req = Request(
+            method=parser.get_method().decode("ascii", "replace"),
+            target=self._url.decode("latin-1"),
+            version=parser.get_http_version(),
+            headers=headers,
+            keep_alive=parser.should_keep_alive(),
+            started=asyncio.get_running_loop().time(),
+            wall=time.time(),
+        )
+        self._url = bytearray()
+        self._raw_headers = []
+        _check_framing(req, headers, self._config.max_body_bytes)
+        if req.chunked or (req.content_length or 0) > 0:
+            req.body = BodyStream(self._pause_reading, self._resume_reading)
+        self._current = req
+        self._enqueue(req)
+
+    def on_body(self, body: bytes) -> None:
+        req = self._current
+        if req is None or req.body is None:
+            return
+        req.body.feed(body)
+        if req.body.received > self._config.max_body_bytes:
+            req.body.fail(RequestError(413, "request body too large"))
+            raise RequestError(413, "request body too large")
+
+    def on_message_complete(self) -> None:
+        req = self._current
+        if req is not None and req.body is not None:
+            req.body.end()
+        self._current = None
+
+    # -- answering ---------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    async def drain(self) -> None:
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        return self._tasks.spawn(coro, name)
+
+    def _enqueue(self, req: Request) -> None:
+        self._queue.append(req)
+        if len(self._queue) > _MAX_QUEUED:
+            self._pause_reading()
+        if self._worker is None:
+            self._worker = self._tasks.spawn(self._work(), f"client {self.client_ip}")
+
+    async def _work(self) -> None:
+        try:
+            while self._queue and not self.closed:
+                req = self._queue.popleft()
+                if self._reading_paused and len(self._queue) < _MAX_QUEUED // 2:
+                    self._resume_reading()
+                if req.error is not None:
+                    self.must_close = True
+                await self._handler.handle(req, self)
+                if not req.keep_alive or self.must_close:
+                    self._queue.clear()
+                    self.close()
+                    return
+                if req.body is not None and not req.body.ended:
+                    # An unread body would be parsed as the next request: never continue.
+                    self.close()
+                    return
+        finally:
+            self._worker = None
+            if not self.closed and self.tunnel_sink is None:
+                self._arm_idle()
+
+    def _reject(self, error: RequestError) -> None:
+        """Answer a request that could not be parsed, after those before it, then close."""
+        self._stop_reading()
+        if self._current is not None and self._current.body is not None:
+            self._current.body.fail(error)
+        self._current = None
+        req = Request(
+            method="-",
+            target=self._url.decode("latin-1") or "-",
+            version="1.1",
+            headers=Headers(),
+            keep_alive=False,
+            started=asyncio.get_running_loop().time(),
+            wall=time.time(),
+            error=error,
+        )
+        self._enqueue(req)
+
+    # -- timers and flow control ---------------------------------------------------------------
+
+    def _start_head(self) -> None:
+        self._in_head = True
+        self._head_bytes = 0
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self._head_timer is None:
+            loop = asyncio.get_running_loop()
+            self._head_timer = loop.call_later(self._config.header_timeout, self._head_expired)
+
+    def _head_expired(self) -> None:
+        self._head_timer = None
+        if self._in_head and not self.closed:
+            self._reject(RequestError(408, "the request head took too long"))
+
+    def _arm_idle(self) -> None:
+        if self._idle_timer is None and not self._in_head:
+            loop = asyncio.get_running_loop()
+            self._idle_timer = loop.call_later(self._config.idle_timeout, self._idle_expired)
+
+    def _idle_expired(self) -> None:
+        self._idle_timer = None
+        if self._worker is None and not self._in_head and self.tunnel_sink is None:
+            self.close()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._head_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._idle_timer = None
+
+    def _stop_reading(self) -> None:
+        self._stopped_reading = True
+        self._in_head = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    def __repr__(self) -> str:
+        return f"<ClientConnection {self.client_ip} queued={len(self._queue)}>"
+
+
+def _check_framing(req: Request, headers: Headers, max_body: int) -> None:
+    """Reject bodies whose framing could be read two ways (RFC 9112 6.1-6.3)."""
+    te = headers.get_all("Transfer-Encoding")
+    cl = headers.get_all("Content-Length")
+    if te and cl:
+        raise RequestError(400, "both Transfer-Encoding and Content-Length")
+    if te:
+        codings = [c.strip().lower() for v in te for c in v.split(",")]
+        if codings != ["chunked"]:
+            raise RequestError(501 if "chunked" in codings[-1:] else 400, "unsupported coding")
+        req.chunked = True
+        return
+    if cl:
+        values = {v.strip() for line in cl for v in line.split(",")}
+        if len(values) != 1 or not next(iter(values)).isdigit():
+            raise RequestError(400, "invalid or conflicting Content-Length")
+        length = int(values.pop())
+        if length > max_body:
+            raise RequestError(413, "request body too large")
+        req.content_length = length

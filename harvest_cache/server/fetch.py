@@ -1,0 +1,239 @@
+"""Fetching GET responses for the cache: one upstream exchange per flight, stored as it streams.
+
+A fetch runs in its own owned task, not in any one client's handler, so the object is
+completed and stored for the others even if the client that started it goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from harvest_cache.config import Config
+from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
+from harvest_cache.http import forwarding
+from harvest_cache.http.cache_control import parse_cache_control
+from harvest_cache.http.headers import Headers
+from harvest_cache.http.policy import request_directives, storable
+from harvest_cache.http.target import Target
+from harvest_cache.http.validation import conditional_headers, freshen
+from harvest_cache.http.vary import vary_key, vary_names
+from harvest_cache.server.flight import Flight, FlightHead, FlightReader
+from harvest_cache.server.request import Request
+from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.interface import ObjectStore, ObjectWriter, StoredObject
+from harvest_cache.upstream.client import Exchange, OutgoingRequest, send
+from harvest_cache.upstream.pool import Pool
+
+log = logging.getLogger("harvest_cache")
+
+# Unread bytes a flight holds for its slowest reader before the fetch waits.
+_WINDOW = 8 << 20
+
+
+def variant_key(url: str, marker: VaryMarker, selecting: str) -> str:
+    return f"{url}\x00{marker.generation}\x00{selecting}"
+
+
+def content_length(headers: Headers) -> int | None:
+    value = headers.get("Content-Length")
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
+def upstream_headers(
+    req: Request, target: Target, client_ip: str, name: str, config: Config
+) -> Headers:
+    """The request's fields as sent upstream (RFC 9110 7.6, RFC 9112 3.2.2)."""
+    headers = forwarding.end_to_end(req.headers)
+    # The proxy answered any 100-continue itself, and Host must match the absolute target.
+    headers.remove("Expect", "Host")
+    headers = Headers([("Host", target.authority), *headers])
+    forwarding.add_via(headers, req.version, name)
+    forwarding.apply_x_forwarded_for(headers, config.access.x_forwarded_for, client_ip)
+    if req.method in ("OPTIONS", "TRACE"):
+        hops = forwarding.max_forwards(headers)
+        if hops is not None:
+            headers.set("Max-Forwards", str(hops - 1))
+    if req.chunked:
+        headers.add("Transfer-Encoding", "chunked")
+    return headers
+
+
+class Fetcher:
+    def __init__(
+        self,
+        config: Config,
+        name: str,
+        store: ObjectStore,
+        pool: Pool,
+        spawn: Callable[..., asyncio.Task[Any]],
+    ) -> None:
+        self._config = config
+        self._name = name
+        self._store = store
+        self._pool = pool
+        self._spawn = spawn
+        self._flights: dict[str, Flight] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._flights)
+
+    def join_or_start(
+        self,
+        req: Request,
+        target: Target,
+        key: str,
+        stored: StoredObject | None,
+        client_ip: str,
+    ) -> tuple[Flight, FlightReader, bool]:
+        """A reader of the flight for ``key``: an existing one's (joined=True) or a new one's."""
+        flight = self._flights.get(key)
+        if flight is not None:
+            reader = flight.join()
+            if reader is not None:
+                return flight, reader, True
+        flight = Flight(key, _WINDOW)
+        first = flight.join()
+        assert first is not None
+        self._flights[key] = flight
+        head = stored.head if stored is not None else None
+        self._spawn(self._run(flight, req, target, head, client_ip), f"fetch {target.url}")
+        return flight, first, False
+
+    async def _run(
+        self,
+        flight: Flight,
+        req: Request,
+        target: Target,
+        stored: StoredHead | None,
+        client_ip: str,
+    ) -> None:
+        try:
+            await self._fetch(flight, req, target, stored, client_ip)
+        except UpstreamError as e:
+            flight.fail(e)
+        except asyncio.CancelledError:
+            flight.fail(UpstreamReset("the cache is shutting down"))
+            raise
+        except Exception as e:
+            log.exception("fetch of %s failed", target.url)
+            flight.fail(UpstreamProtocolError(f"internal error: {type(e).__name__}"))
+        finally:
+            if self._flights.get(flight.key) is flight:
+                del self._flights[flight.key]
+
+    async def _fetch(
+        self,
+        flight: Flight,
+        req: Request,
+        target: Target,
+        stored: StoredHead | None,
+        client_ip: str,
+    ) -> None:
+        headers = upstream_headers(req, target, client_ip, self._name, self._config)
+        if stored is not None:
+            for name, value in conditional_headers(stored):
+                headers.set(name, value)
+        out = OutgoingRequest(
+            "GET", target.host, target.port, forwarding.request_head("GET", target.path, headers)
+        )
+        request_time = time.time()
+        exchange = await send(self._pool, out, self._config.upstream.read_timeout)
+        response_time = time.time()
+        try:
+            await self._receive(flight, req, target, stored, exchange, request_time, response_time)
+        except BaseException:
+            exchange.abort()
+            raise
+        exchange.release()
+
+    async def _receive(
+        self,
+        flight: Flight,
+        req: Request,
+        target: Target,
+        stored: StoredHead | None,
+        exchange: Exchange,
+        request_time: float,
+        response_time: float,
+    ) -> None:
+        head = exchange.head
+        headers = forwarding.end_to_end(head.headers)
+        if stored is not None and head.status == 304:
+            fresh = freshen(stored, headers, request_time, response_time)
+            await self._store.update_head(flight.key, fresh)
+            await exchange.read()  # a 304 has no body; this just completes the exchange
+            flight.publish_head(
+                FlightHead(304, head.reason, headers, True, exchange.peer_ip, fresh.vary_key, fresh)
+            )
+            flight.finish()
+            return
+        decision = storable(
+            "GET",
+            req.headers,
+            request_directives(req.headers),
+            head.status,
+            headers,
+            parse_cache_control(headers.get_all("Cache-Control")),
+        )
+        writer: ObjectWriter | None = None
+        selecting = ""
+        key = target.url
+        if decision.ok:
+            names = vary_names(headers) or ()
+            if names:
+                marker = await self._marker(target.url, names)
+                selecting = vary_key(names, req.headers)
+                key = variant_key(target.url, marker, selecting)
+            writer = self._store.open_writer(key, content_length(headers))
+        elif stored is not None:
+            await self._store.delete(flight.key)
+        flight.publish_head(
+            FlightHead(head.status, head.reason, headers, decision.ok, exchange.peer_ip, selecting)
+        )
+        stored_headers = headers.copy()
+        stored_headers.remove(*decision.omit_fields)
+        size = 0
+        try:
+            while chunk := await exchange.read():
+                size += len(chunk)
+                if writer is not None:
+                    await writer.write(chunk)
+                elif flight.readers == 0:
+                    # Nobody reads it and it is not stored: stop taking the origin's bytes.
+                    raise UpstreamReset("every client left")
+                await flight.publish(chunk)
+            if writer is not None:
+                await writer.commit(
+                    StoredHead(
+                        target.url,
+                        head.status,
+                        head.reason,
+                        tuple(stored_headers),
+                        request_time,
+                        response_time,
+                        size,
+                        selecting,
+                    )
+                )
+        except BaseException:
+            if writer is not None:
+                await asyncio.shield(writer.abort())
+            raise
+        flight.finish()
+
+    async def _marker(self, url: str, names: tuple[str, ...]) -> VaryMarker:
+        """The URL's Vary marker, replaced when the response varies on other fields."""
+        found = self._store.get_memory(url) or await self._store.get(url)
+        if isinstance(found, VaryMarker) and found.names == names:
+            return found
+        if isinstance(found, StoredObject) and not isinstance(found.body, bytes):
+            found.body.file.close()
+        marker = VaryMarker(url, names, secrets.token_hex(4))
+        await self._store.put_marker(url, marker)
+        return marker

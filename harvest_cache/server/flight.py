@@ -1,0 +1,148 @@
+"""Collapsed forwarding: one upstream fetch whose response every waiting client reads.
+
+The fetch publishes the head, then body chunks; each reader has its own cursor, so a slow
+client does not hold back a fast one until the window of unread bytes fills, at which point
+the fetch waits for the slowest reader. Chunks every reader has passed are dropped, so memory
+stays within the window whatever the body size. A client can join while the first chunk is
+still held; after that it fetches on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from harvest_cache.http.headers import Headers
+from harvest_cache.store.entry import StoredHead
+
+
+@dataclass(slots=True)
+class FlightHead:
+    """What the fetch learned from the response head.
+
+    ``shareable`` is False when the response may not be given to other clients (it cannot
+    be stored); they then fetch on their own. ``refreshed`` is set when a revalidation got
+    304: readers serve the stored object under that head instead of a body from here.
+    """
+
+    status: int
+    reason: str
+    headers: Headers
+    shareable: bool
+    peer_ip: str
+    vary_key: str = ""
+    refreshed: StoredHead | None = None
+
+
+class Flight:
+    def __init__(self, key: str, window: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.key = key
+        self.window = window
+        self.head: asyncio.Future[FlightHead] = loop.create_future()
+        self._chunks: list[bytes] = []
+        self._first = 0  # absolute index of _chunks[0]
+        self._held = 0  # bytes in _chunks
+        self._cursors: dict[int, int] = {}
+        self._next_reader = 0
+        self._done = False
+        self._error: Exception | None = None
+        self._changed: asyncio.Future[None] = loop.create_future()
+        self._space: asyncio.Future[None] | None = None
+
+    @property
+    def readers(self) -> int:
+        return len(self._cursors)
+
+    def join(self) -> FlightReader | None:
+        """A reader from the first byte, or None if early chunks are already dropped."""
+        if self._first > 0:
+            return None
+        rid = self._next_reader
+        self._next_reader += 1
+        self._cursors[rid] = 0
+        return FlightReader(self, rid)
+
+    # -- the fetch's side ----------------------------------------------------------------------
+
+    def publish_head(self, head: FlightHead) -> None:
+        if not self.head.done():
+            self.head.set_result(head)
+
+    async def publish(self, chunk: bytes) -> None:
+        """Add a body chunk; waits while readers hold a full window of unread bytes."""
+        self._chunks.append(chunk)
+        self._held += len(chunk)
+        self._wake()
+        while self._held > self.window and self._cursors:
+            self._space = asyncio.get_running_loop().create_future()
+            await self._space
+
+    def finish(self) -> None:
+        self._done = True
+        self._wake()
+
+    def fail(self, error: Exception) -> None:
+        self._error = error
+        if not self.head.done():
+            self.head.set_exception(error)
+            self.head.exception()  # readers may all have gone; mark it retrieved
+        self._done = True
+        self._wake()
+
+    # -- the readers' side ---------------------------------------------------------------------
+
+    async def _read(self, rid: int) -> bytes:
+        while True:
+            pos = self._cursors[rid]
+            index = pos - self._first
+            if index < len(self._chunks):
+                chunk = self._chunks[index]
+                self._cursors[rid] = pos + 1
+                self._trim()
+                return chunk
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                return b""
+            await asyncio.shield(self._changed)
+
+    def _leave(self, rid: int) -> None:
+        if self._cursors.pop(rid, None) is not None:
+            self._trim()
+
+    def _trim(self) -> None:
+        lowest = min(self._cursors.values(), default=self._first + len(self._chunks))
+        drop = lowest - self._first
+        if drop > 0:
+            self._held -= sum(len(c) for c in self._chunks[:drop])
+            del self._chunks[:drop]
+            self._first = lowest
+        if self._space is not None and not self._space.done() and self._held <= self.window:
+            self._space.set_result(None)
+
+    def _wake(self) -> None:
+        if not self._changed.done():
+            self._changed.set_result(None)
+        self._changed = asyncio.get_running_loop().create_future()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Flight {self.key!r} readers={len(self._cursors)} held={self._held}"
+            f" done={self._done}>"
+        )
+
+
+class FlightReader:
+    __slots__ = ("_flight", "_rid")
+
+    def __init__(self, flight: Flight, rid: int) -> None:
+        self._flight = flight
+        self._rid = rid
+
+    async def read(self) -> bytes:
+        """The next chunk, b"" at the end; raises the fetch's error if it failed."""
+        return await self._flight._read(self._rid)
+
+    def close(self) -> None:
+        self._flight._leave(self._rid)

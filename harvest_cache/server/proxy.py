@@ -1,0 +1,391 @@
+"""The proxy driver: routes each request, asks the pure policy what to do, and does the I/O.
+
+GET requests that miss (or find a stale object) go through a flight, so concurrent requests
+for one object share one upstream fetch; everything else is forwarded inline. Every decision
+comes from harvest_cache.http; this module only awaits, streams and records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from harvest_cache.config import Config
+from harvest_cache.errors import RequestError, UpstreamError
+from harvest_cache.http import conditional, forwarding
+from harvest_cache.http.cache_control import CacheControl, parse_cache_control
+from harvest_cache.http.cache_status import cache_status
+from harvest_cache.http.freshness import Heuristic, age_value
+from harvest_cache.http.headers import Headers
+from harvest_cache.http.policy import (
+    Fresh,
+    evaluate,
+    invalidated_urls,
+    invalidates,
+    request_directives,
+)
+from harvest_cache.http.target import Target, parse_absolute
+from harvest_cache.http.vary import vary_key, vary_names
+from harvest_cache.server.acl import Access
+from harvest_cache.server.connection import ClientConnection
+from harvest_cache.server.fetch import Fetcher, content_length, upstream_headers, variant_key
+from harvest_cache.server.flight import FlightHead
+from harvest_cache.server.reply import ClientGone, Reply, send_simple
+from harvest_cache.server.request import Request
+from harvest_cache.server.transaction import Transaction
+from harvest_cache.server.tunnel import open_tunnel
+from harvest_cache.store.entry import VaryMarker
+from harvest_cache.store.interface import ObjectStore, StoredObject
+from harvest_cache.upstream.client import OutgoingRequest, send
+from harvest_cache.upstream.pool import Pool
+
+Recorder = Callable[[Transaction], None]
+
+_REASONS = {
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    414: "URI Too Long",
+    431: "Request Header Fields Too Large",
+    501: "Not Implemented",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+
+class Proxy:
+    def __init__(
+        self,
+        config: Config,
+        name: str,
+        store: ObjectStore,
+        pool: Pool,
+        record: Recorder,
+        spawn: Callable[..., asyncio.Task[None]],
+    ) -> None:
+        self._config = config
+        self.name = name
+        self._store = store
+        self._pool = pool
+        self._record = record
+        self._access = Access(config.access)
+        self._heuristic = Heuristic(
+            config.cache.heuristic_percent, config.cache.heuristic_max_seconds
+        )
+        self._fetcher = Fetcher(config, name, store, pool, spawn)
+
+    # -- entry point -----------------------------------------------------------------------
+
+    async def handle(self, req: Request, conn: ClientConnection) -> None:
+        tx = Transaction(req.wall, req.started, conn.client_ip, req.method, req.target)
+        reply = Reply(conn, req)
+        try:
+            if req.error is not None:
+                raise req.error
+            if not self._access.client_allowed(conn.client_ip):
+                tx.result = "TCP_DENIED"
+                raise RequestError(403, "access denied: this proxy does not serve your network")
+            if req.method == "CONNECT":
+                await self._connect(req, conn, tx)
+                return
+            target = parse_absolute(req.target)
+            tx.url = target.url
+            if not self._access.port_allowed(target.port):
+                tx.result = "TCP_DENIED"
+                raise RequestError(403, f"port {target.port} is not allowed")
+            if forwarding.is_loop(req.headers, self.name):
+                raise RequestError(403, "forwarding loop detected (our name is in Via)")
+            if await self._answer_max_forwards(req, conn, tx, reply):
+                return
+            if req.method in ("GET", "HEAD"):
+                await self._cached(req, target, conn, tx, reply)
+            else:
+                await self._forward(req, target, conn, tx, reply, "TCP_MISS")
+        except RequestError as e:
+            await self._fail(conn, req, tx, reply, e.status, e.reason, close=e.close)
+        except UpstreamError as e:
+            tx.hierarchy = "HIER_DIRECT"
+            await self._fail(conn, req, tx, reply, e.status, e.cause, close=False)
+        except ClientGone:
+            tx.aborted = True
+            conn.close()
+        finally:
+            tx.status = tx.status or reply.status
+            tx.bytes_sent = reply.bytes_sent
+            if reply.content_type != "-":
+                tx.content_type = reply.content_type
+            self._record(tx)
+
+    async def _fail(
+        self,
+        conn: ClientConnection,
+        req: Request,
+        tx: Transaction,
+        reply: Reply,
+        status: int,
+        cause: str,
+        *,
+        close: bool,
+    ) -> None:
+        if reply.started:
+            # Part of a response is out: only a close tells the client it is incomplete.
+            tx.aborted = True
+            conn.close()
+            return
+        if req.body is not None and not req.body.ended:
+            close = True
+        if close:
+            conn.must_close = True
+        reason = _REASONS.get(status, "Error")
+        text = f"Harvest cache {self.name}: {status} {reason}\n{cause}\n"
+        headers = Headers()
+        forwarding.add_via(headers, "1.1", self.name)
+        if not conn.closed:
+            await send_simple(conn, req, status, reason, text, headers)
+        tx.status = status
+        tx.bytes_sent = reply.bytes_sent
+
+    # -- Max-Forwards (RFC 9110 7.6.2) ---------------------------------------------------------
+
+    async def _answer_max_forwards(
+        self, req: Request, conn: ClientConnection, tx: Transaction, reply: Reply
+    ) -> bool:
+        if req.method not in ("OPTIONS", "TRACE"):
+            return False
+        if forwarding.max_forwards(req.headers) != 0:
+            return False
+        headers = Headers()
+        forwarding.add_via(headers, "1.1", self.name)
+        if req.method == "OPTIONS":
+            headers.add("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE")
+            done = await send_simple(conn, req, 200, "OK", "", headers)
+        else:
+            echo = Headers(
+                (n, v)
+                for n, v in req.headers
+                if n.lower() not in ("authorization", "cookie", "proxy-authorization")
+            )
+            text = f"TRACE {req.target} HTTP/{req.version}\r\n" + echo.encode().decode("latin-1")
+            headers.add("Content-Type", "message/http")
+            done = await send_simple(conn, req, 200, "OK", text, headers)
+        tx.result = "TCP_MISS"
+        reply.bytes_sent, reply.status = done.bytes_sent, done.status
+        return True
+
+    # -- CONNECT -------------------------------------------------------------------------------
+
+    async def _connect(self, req: Request, conn: ClientConnection, tx: Transaction) -> None:
+        tx.result = "TCP_TUNNEL"
+        tx.hierarchy = "HIER_DIRECT"
+        stats = await open_tunnel(req, conn, self._access, self._pool, self._config.upstream)
+        tx.status = 200
+        tx.peer = stats.peer
+        tx.bytes_sent = stats.to_client
+        conn.must_close = True
+
+    # -- GET and HEAD through the cache --------------------------------------------------------
+
+    async def _lookup(self, key: str) -> StoredObject | VaryMarker | None:
+        found = self._store.get_memory(key)
+        return found if found is not None else await self._store.get(key)
+
+    async def _cached(
+        self, req: Request, target: Target, conn: ClientConnection, tx: Transaction, reply: Reply
+    ) -> None:
+        cc = request_directives(req.headers)
+        url = target.url
+        key = url
+        found = await self._lookup(url)
+        if isinstance(found, VaryMarker):
+            key = variant_key(url, found, vary_key(found.names, req.headers))
+            found = await self._lookup(key)
+            if isinstance(found, VaryMarker):
+                found = None
+        if found is not None and not cc.no_cache:
+            reuse = evaluate(found.head, cc, time.time(), self._heuristic)
+            if isinstance(reuse, Fresh):
+                tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"
+                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit")
+                return
+        if cc.only_if_cached:
+            _close_body(found)
+            tx.result = "TCP_MISS"
+            raise RequestError(504, "only-if-cached: the object is not in the cache", close=False)
+        if req.method == "HEAD" or req.body is not None or _uncollapsible(req.headers):
+            _close_body(found)
+            result = "TCP_CLIENT_REFRESH_MISS" if cc.no_cache else "TCP_MISS"
+            await self._forward(req, target, conn, tx, reply, result)
+            return
+        stored = found if found is not None and not cc.no_cache else None
+        if found is not None and stored is None:
+            _close_body(found)
+        await self._via_flight(req, target, key, stored, cc, tx, reply, conn)
+
+    async def _via_flight(
+        self,
+        req: Request,
+        target: Target,
+        key: str,
+        stored: StoredObject | None,
+        cc: CacheControl,
+        tx: Transaction,
+        reply: Reply,
+        conn: ClientConnection,
+    ) -> None:
+        flight, reader, joined = self._fetcher.join_or_start(
+            req, target, key, stored, conn.client_ip
+        )
+        _close_body(stored)
+        try:
+            head = await flight.head
+            if joined and not _shareable_for(head, req):
+                reader.close()
+                await self._forward(req, target, conn, tx, reply, "TCP_MISS")
+                return
+            tx.hierarchy = "HIER_DIRECT"
+            tx.peer = head.peer_ip
+            if head.refreshed is not None:
+                reader.close()
+                tx.result = "TCP_REFRESH_UNMODIFIED"
+                found = await self._lookup(key)
+                if not isinstance(found, StoredObject):
+                    # Evicted between the 304 and now: fetch it whole.
+                    await self._forward(req, target, conn, tx, reply, "TCP_SWAPFAIL_MISS")
+                    return
+                reuse = evaluate(found.head, parse_cache_control(()), time.time(), self._heuristic)
+                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "stale", 304)
+                return
+            if stored is not None:
+                tx.result = "TCP_REFRESH_MODIFIED"
+            elif cc.no_cache:
+                tx.result = "TCP_CLIENT_REFRESH_MISS"
+            else:
+                tx.result = "TCP_CF_MISS" if joined else "TCP_MISS"
+            headers = head.headers.copy()
+            forwarding.add_via(headers, "1.1", self.name)
+            fwd = "stale" if stored is not None else "request" if cc.no_cache else "uri-miss"
+            headers.set(
+                "Cache-Status",
+                cache_status(
+                    self.name,
+                    hit=False,
+                    fwd=fwd,
+                    fwd_status=head.status,
+                    stored=head.shareable and not joined,
+                ),
+            )
+            reply.start(head.status, head.reason, headers, content_length(head.headers))
+            while chunk := await reader.read():
+                await reply.write(chunk)
+            await reply.end()
+        finally:
+            reader.close()
+
+    async def _serve_stored(
+        self,
+        req: Request,
+        obj: StoredObject,
+        age: float,
+        ttl: float,
+        reply: Reply,
+        detail: str,
+        fwd_status: int | None = None,
+    ) -> None:
+        head = obj.head
+        stored_headers = Headers(head.headers)
+        if conditional.has_conditionals(req.headers) and conditional.not_modified(
+            req.headers, stored_headers
+        ):
+            _close_body(obj)
+            headers = conditional.not_modified_headers(stored_headers)
+            status, reason, length = 304, "Not Modified", None
+        else:
+            headers = stored_headers
+            status, reason, length = head.status, head.reason, head.body_length
+        headers.set("Age", age_value(age))
+        forwarding.add_via(headers, "1.1", self.name)
+        if detail == "hit":
+            value = cache_status(self.name, hit=True, ttl=ttl)
+        else:
+            value = cache_status(self.name, hit=False, fwd=detail, fwd_status=fwd_status, ttl=ttl)
+        headers.set("Cache-Status", value)
+        reply.start(status, reason, headers, length)
+        if status == 304 or req.method == "HEAD":
+            _close_body(obj)
+        elif isinstance(obj.body, bytes):
+            await reply.write(obj.body)
+        else:
+            await reply.send_file(obj.body)
+        await reply.end()
+
+    # -- everything else: forwarded as it comes --------------------------------------------------
+
+    async def _forward(
+        self,
+        req: Request,
+        target: Target,
+        conn: ClientConnection,
+        tx: Transaction,
+        reply: Reply,
+        result: str,
+    ) -> None:
+        tx.result = result
+        tx.hierarchy = "HIER_DIRECT"
+        if req.body is not None and "100-continue" in (req.headers.get("Expect") or "").lower():
+            conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        headers = upstream_headers(req, target, conn.client_ip, self.name, self._config)
+        out = OutgoingRequest(
+            req.method,
+            target.host,
+            target.port,
+            forwarding.request_head(req.method, target.path, headers),
+            body=aiter(req.body) if req.body is not None else None,
+            chunked=req.chunked,
+        )
+        exchange = await send(self._pool, out, self._config.upstream.read_timeout)
+        tx.peer = exchange.peer_ip
+        try:
+            head = exchange.head
+            response_headers = forwarding.end_to_end(head.headers)
+            if invalidates(req.method, head.status):
+                for url in invalidated_urls(target.url, response_headers):
+                    await self._store.delete(url)
+            forwarding.add_via(response_headers, "1.1", self.name)
+            fwd = "method" if req.method not in ("GET", "HEAD") else "uri-miss"
+            response_headers.set(
+                "Cache-Status", cache_status(self.name, hit=False, fwd=fwd, fwd_status=head.status)
+            )
+            reply.start(head.status, head.reason, response_headers, content_length(head.headers))
+            while chunk := await exchange.read():
+                await reply.write(chunk)
+            await reply.end()
+        except BaseException:
+            exchange.abort()
+            raise
+        exchange.release()
+
+
+def _uncollapsible(headers: Headers) -> bool:
+    """Requests whose responses are their own: conditional, ranged or credentialed."""
+    return conditional.has_conditionals(headers) or "Range" in headers or "Authorization" in headers
+
+
+def _shareable_for(head: FlightHead, req: Request) -> bool:
+    if not head.shareable:
+        return False
+    if "Vary" not in head.headers:
+        return True
+    selecting = vary_names(head.headers)
+    return selecting is not None and vary_key(selecting, req.headers) == head.vary_key
+
+
+def _close_body(obj: object) -> None:
+    if isinstance(obj, StoredObject) and not isinstance(obj.body, bytes):
+        obj.body.file.close()
+
+
+__all__ = ["Proxy"]

@@ -1,0 +1,347 @@
+"""The disk tier: objects in a diskcache.Cache, large bodies moved into place by rename.
+
+Every method is synchronous and thread-safe: the tiered store calls them through its
+executor, never on the event loop. Under the cache directory::
+
+    objects/   the diskcache.Cache: its SQLite index and body files (objects/xx/yy/*.val)
+    tmp/       spools of bodies being written; any found at open belong to a dead process
+
+An object is two rows. ``h:KEY`` holds its record (codec.py), which names a body row
+``b:TOKEN`` with a fresh token per commit; the body is inline in SQLite when small, else a
+file. Since a record names exactly one body, a reader never pairs a head with another
+version's body, however a concurrent commit interleaves with its two lookups.
+
+Crash safety. A body is written to a spool in tmp/; both rows are committed in one SQLite
+transaction; then the spool is renamed to the file name the body row already holds. A kill
+before the commit leaves a spool (removed at open); a kill after it and before the rename
+leaves rows whose file is missing, which read as absent (diskcache's ``get`` treats a missing
+file as a miss) until the key is stored again or evicted. No file is ever left in objects/
+without a row, and the body's length, and CRC-32 when it is read whole, is checked on read.
+
+Eviction. diskcache culls by ``least-recently-stored`` (FIFO by store time). We chose it over
+``least-recently-used`` because LRU makes every disk hit a SQLite write transaction,
+serialising readers behind writers; the hot set lives in the LRU memory tier anyway, as in
+Squid where the memory cache shields the disk store. Automatic culling inside ``set`` is off
+(``cull_limit=0``); each commit culls explicitly, so the tier stays within its bound after
+every commit and the number of evicted rows can be counted.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import uuid
+import zlib
+from contextlib import suppress
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import diskcache
+from diskcache.core import MODE_BINARY, UNKNOWN
+
+from harvest_cache.errors import HarvestCacheError
+from harvest_cache.store.codec import CorruptRecord, ObjectRecord, decode, encode
+from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.interface import FileBody, Found, StoredObject
+
+EVICTION_POLICY = "least-recently-stored"
+# What the storage layers raise; each is mapped to DiskError at this module's boundary.
+STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
+
+
+class DiskError(HarvestCacheError):
+    """A disk-tier operation failed (I/O, SQLite, damaged data); the cause is chained."""
+
+
+class _DamagedBody(Exception):
+    """A body whose length or checksum does not match its record."""
+
+
+class Spool:
+    """A body being written to a file in tmp/, with its running size and CRC-32.
+
+    A lock orders ``append`` and ``discard``: when a writer's task is cancelled mid-append,
+    its abort may run on another executor thread while the append is still going.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size = 0
+        self.crc32 = 0
+        self._file: BinaryIO | None = None
+        self._discarded = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Spool {self.path.name} {self.size} bytes>"
+
+    def append(self, chunks: list[bytes]) -> None:
+        with self._lock:
+            if self._discarded:
+                return
+            try:
+                if self._file is None:
+                    self._file = open(self.path, "xb")  # noqa: SIM115 - kept open across calls
+                self._file.writelines(chunks)
+            except OSError as e:
+                raise DiskError(f"cannot write spool {self.path}: {e}") from e
+            for chunk in chunks:
+                self.size += len(chunk)
+                self.crc32 = zlib.crc32(chunk, self.crc32)
+
+    def finish(self) -> None:
+        """Close the file so it can be renamed into place."""
+        with self._lock:
+            assert self._file is not None, "only a spool that was written to is finished"
+            self._file.close()
+
+    def discard(self) -> None:
+        """Close and remove the file; harmless after it has been renamed away.
+
+        Best effort: the data is garbage either way, and a file that cannot be removed now
+        is removed with the rest of tmp/ at the next open.
+        """
+        with self._lock:
+            self._discarded = True
+            with suppress(OSError):
+                if self._file is not None:
+                    self._file.close()
+            with suppress(OSError):
+                self.path.unlink()
+
+
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """A spooled body as a diskcache value: the row records ``filename``, nothing is copied."""
+
+    filename: str
+    size: int
+
+
+class _StagingDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type hints
+    """diskcache's Disk, taught one more kind of value: a _Staged body.
+
+    Plain ``Disk.store`` copies a file-like value into a new file; for a spooled body that
+    would write a large body twice. Here the row just names the file the spool will be
+    renamed to once the transaction has committed.
+    """
+
+    def store(self, value: Any, read: bool, key: Any = UNKNOWN) -> tuple[Any, ...]:
+        if isinstance(value, _Staged):
+            return value.size, MODE_BINARY, value.filename, None
+        return tuple(super().store(value, read, key=key))
+
+
+def _head_key(key: str) -> str:
+    return "h:" + key
+
+
+def _new_body_key() -> str:
+    return "b:" + uuid.uuid4().hex
+
+
+class DiskTier:
+    """Objects and Vary markers in a size-bounded diskcache.Cache (see the module docstring)."""
+
+    def __init__(self, cache: diskcache.Cache, tmp: Path) -> None:
+        self._cache = cache
+        self._tmp = tmp
+        self._min_file_size = int(cache.disk.min_file_size)
+        # Serialises mutations, so no cull or delete can run between a commit and its rename
+        # (it would remove a file that is not there yet, and the rename would leave an orphan).
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<DiskTier {self._cache.directory}>"
+
+    @classmethod
+    def open(cls, directory: Path, size_limit: int) -> DiskTier:
+        """Open or create the tier in ``directory``, removing spools left by a dead process."""
+        tmp = directory / "tmp"
+        try:
+            tmp.mkdir(parents=True, exist_ok=True)
+            for leftover in tmp.iterdir():
+                leftover.unlink()
+            cache = diskcache.Cache(
+                directory / "objects",
+                disk=_StagingDisk,
+                size_limit=size_limit,
+                eviction_policy=EVICTION_POLICY,
+                cull_limit=0,
+                statistics=0,  # statistics would make every get a write transaction
+            )
+        except STORAGE_ERRORS as e:
+            raise DiskError(f"cannot open the disk tier in {directory}: {e}") from e
+        return cls(cache, tmp)
+
+    def new_spool(self) -> Spool:
+        """A spool for one body; no I/O until its first append."""
+        return Spool(self._tmp / f"{uuid.uuid4().hex}.part")
+
+    def get(self, key: str, read_limit: int) -> Found | None:
+        """The marker or object under ``key``, or None.
+
+        Bodies up to ``read_limit`` bytes come back as checked bytes (for promotion); larger
+        ones as a FileBody the caller must close, after a length check.
+        """
+        try:
+            record = self._record(key)
+            if not isinstance(record, ObjectRecord):
+                return record
+            body = self._cache.get(record.body_key, read=True)
+            if body is None:  # evicted, or committed and not yet renamed into place
+                return None
+            return StoredObject(record.head, _checked(record, body, read_limit), "disk")
+        except (CorruptRecord, _DamagedBody) as e:
+            with suppress(DiskError):
+                self.delete(key)
+            raise DiskError(f"damaged object {key!r} removed: {e}") from e
+        except STORAGE_ERRORS as e:
+            raise DiskError(f"cannot read {key!r}: {e}") from e
+
+    def commit(self, key: str, head: StoredHead, body: bytes | Spool) -> int:
+        """Store an object, replacing what ``key`` held; returns the number of rows evicted."""
+        spool = body if isinstance(body, Spool) else None
+        try:
+            if isinstance(body, bytes) and len(body) >= self._min_file_size:
+                # diskcache would write this file itself before its transaction, where a kill
+                # leaves an orphan; going through a spool keeps the one crash-safe path.
+                spool = self.new_spool()
+                spool.append([body])
+            if spool is not None:
+                spool.finish()
+            with self._lock:
+                if spool is None:
+                    assert isinstance(body, bytes)
+                    self._store(key, ObjectRecord(head, _new_body_key(), zlib.crc32(body)), body)
+                else:
+                    staged = _Staged(self._cache.disk.filename()[0], spool.size)
+                    self._store(key, ObjectRecord(head, _new_body_key(), spool.crc32), staged)
+                    self._place(key, spool, staged.filename)
+                return self._cull()
+        except STORAGE_ERRORS as e:
+            raise DiskError(f"cannot store {key!r}: {e}") from e
+        finally:
+            if spool is not None:
+                spool.discard()
+
+    def put_marker(self, key: str, marker: VaryMarker) -> int:
+        """Store a Vary marker under ``key``; returns the number of rows evicted."""
+        try:
+            with self._lock:
+                self._store(key, marker, None)
+                return self._cull()
+        except STORAGE_ERRORS as e:
+            raise DiskError(f"cannot store the marker {key!r}: {e}") from e
+
+    def update_head(self, key: str, head: StoredHead) -> None:
+        """Rewrite an object's record only; the body is unchanged, so its length is kept."""
+        try:
+            with self._lock, self._cache.transact():
+                old = self._record_or_none(key)
+                if isinstance(old, ObjectRecord):
+                    new_head = replace(head, body_length=old.head.body_length)
+                    new = ObjectRecord(new_head, old.body_key, old.body_crc32)
+                    self._cache.set(_head_key(key), encode(new))
+        except STORAGE_ERRORS as e:
+            raise DiskError(f"cannot update the head of {key!r}: {e}") from e
+
+    def delete(self, key: str) -> None:
+        try:
+            with self._lock:
+                self._delete(key)
+        except STORAGE_ERRORS as e:
+            raise DiskError(f"cannot delete {key!r}: {e}") from e
+
+    def volume(self) -> int:
+        """Bytes the tier occupies, as diskcache bounds it: index pages plus body files."""
+        try:
+            return int(self._cache.volume())
+        except STORAGE_ERRORS as e:
+            raise DiskError(f"cannot measure the disk tier: {e}") from e
+
+    def close_connection(self, barrier: threading.Barrier) -> None:
+        """Close the calling thread's SQLite connection (diskcache keeps one per thread).
+
+        The store runs one of these on every executor thread at once; the barrier keeps each
+        thread from taking two, so every thread's connection is closed.
+        """
+        barrier.wait()
+        self._cache.close()
+
+    # -- under the lock ----------------------------------------------------------------------
+
+    def _store(
+        self, key: str, record: ObjectRecord | VaryMarker, value: bytes | _Staged | None
+    ) -> None:
+        """Put ``record`` (and its body ``value``) under ``key``, dropping the old body."""
+        with self._cache.transact():
+            old = self._record_or_none(key)
+            if isinstance(record, ObjectRecord):
+                self._cache.set(record.body_key, value)
+            self._cache.set(_head_key(key), encode(record))
+            if isinstance(old, ObjectRecord):
+                self._cache.delete(old.body_key)
+
+    def _place(self, key: str, spool: Spool, filename: str) -> None:
+        """Rename a committed body's spool to its file; on failure, unstore the object."""
+        target = Path(self._cache.directory, filename)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(spool.path, target)
+        except OSError:
+            self._delete(key)
+            raise
+
+    def _delete(self, key: str) -> None:
+        with self._cache.transact():
+            old = self._record_or_none(key)
+            self._cache.delete(_head_key(key))
+            if isinstance(old, ObjectRecord):
+                self._cache.delete(old.body_key)
+
+    def _cull(self) -> int:
+        if self._cache.volume() <= self._cache.size_limit:
+            return 0
+        return int(self._cache.cull())
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _record(self, key: str) -> ObjectRecord | VaryMarker | None:
+        raw = self._cache.get(_head_key(key))
+        return None if raw is None else decode(raw)
+
+    def _record_or_none(self, key: str) -> ObjectRecord | VaryMarker | None:
+        """The record being replaced; a damaged one counts as absent, since it goes anyway."""
+        try:
+            return self._record(key)
+        except CorruptRecord:
+            return None
+
+
+def _checked(record: ObjectRecord, body: bytes | BinaryIO, read_limit: int) -> bytes | FileBody:
+    """The body after its integrity check: bytes if small enough, else a FileBody."""
+    length = record.head.body_length
+    if not isinstance(body, bytes):
+        if length > read_limit:
+            return _file_body(body, length)
+        with body:
+            body = body.read(length + 1)
+    if len(body) != length or zlib.crc32(body) != record.body_crc32:
+        raise _DamagedBody(f"body of {len(body)} bytes fails its check (expected {length})")
+    return body
+
+
+def _file_body(file: BinaryIO, length: int) -> FileBody:
+    """Serve a large body from its file after checking its length (a CRC would read it all)."""
+    try:
+        size = os.fstat(file.fileno()).st_size
+    except OSError:
+        file.close()
+        raise
+    if size != length:
+        file.close()
+        raise _DamagedBody(f"body file is {size} bytes, expected {length}")
+    return FileBody(file, 0, length)

@@ -1,0 +1,103 @@
+"""The memory hot tier: an LRU of small objects and Vary markers, bounded in bytes.
+
+It is plain in-process data touched only from the event loop, so a lookup is one dict probe
+and a relink (``OrderedDict.move_to_end``, O(1) in C): no locks, no I/O, no allocation.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import replace
+
+from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.interface import Found, StoredObject
+
+# Rough cost of an entry beyond its strings and body: the dataclasses, the tuples and the
+# OrderedDict link. Counting it keeps a tier full of tiny objects honest about its size.
+ENTRY_OVERHEAD = 256
+
+
+def entry_size(found: Found) -> int:
+    """Bytes charged to the tier for ``found``: its body plus an estimate of its head."""
+    if isinstance(found, VaryMarker):
+        return ENTRY_OVERHEAD + len(found.url) + sum(len(n) for n in found.names)
+    body = found.body
+    assert isinstance(body, bytes), "the memory tier holds bodies as bytes"
+    return head_size(found.head) + len(body)
+
+
+def head_size(head: StoredHead) -> int:
+    fields = sum(len(name) + len(value) for name, value in head.headers)
+    return ENTRY_OVERHEAD + len(head.url) + len(head.reason) + len(head.vary_key) + fields
+
+
+class MemoryTier:
+    """Least-recently-used entries are evicted to keep ``size`` within ``capacity`` bytes.
+
+    Objects whose body exceeds ``max_object`` bytes bypass the tier; a capacity of 0 turns
+    the tier off (nothing is admitted). ``evictions`` and ``bypasses`` are read by metrics.
+    """
+
+    def __init__(self, capacity: int, max_object: int) -> None:
+        self.capacity = capacity
+        self.max_object = max_object if capacity > 0 else -1
+        self.size = 0
+        self.evictions = 0
+        self.bypasses = 0
+        self._entries: OrderedDict[str, tuple[Found, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return (
+            f"<MemoryTier {len(self._entries)} entries, {self.size}/{self.capacity} bytes,"
+            f" {self.evictions} evicted>"
+        )
+
+    def admits(self, body_length: int) -> bool:
+        """Whether a body of this length belongs in the tier (before counting its head)."""
+        return body_length <= self.max_object
+
+    def get(self, key: str) -> Found | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
+
+    def put(self, key: str, found: Found) -> bool:
+        """Store ``found`` under ``key``; if it does not fit, drop whatever the key held."""
+        self.delete(key)
+        size = entry_size(found)
+        too_big = isinstance(found, StoredObject) and not self.admits(found.head.body_length)
+        if too_big or size > self.capacity:
+            self.bypasses += 1
+            return False
+        self._entries[key] = (found, size)
+        self.size += size
+        while self.size > self.capacity:
+            _, (_, evicted) = self._entries.popitem(last=False)
+            self.size -= evicted
+            self.evictions += 1
+        return True
+
+    def bypass(self, key: str) -> None:
+        """A new version of ``key`` is too big for the tier: drop the old one and count it."""
+        self.bypasses += 1
+        self.delete(key)
+
+    def replace_head(self, key: str, head: StoredHead) -> None:
+        """Give a held object a new head (same body); markers and absent keys are left alone."""
+        entry = self._entries.get(key)
+        if entry is None or not isinstance(entry[0], StoredObject):
+            return
+        old = entry[0]
+        # The body is unchanged, so its length is kept whatever the new head says.
+        head = replace(head, body_length=old.head.body_length)
+        self.put(key, StoredObject(head, old.body, old.tier))
+
+    def delete(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.size -= entry[1]

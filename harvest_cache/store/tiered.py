@@ -1,0 +1,318 @@
+"""The ObjectStore the proxy uses: the memory hot tier over the disk tier.
+
+The memory tier is read and written on the event loop; every disk-tier call runs in one
+executor the store owns (a few threads: SQLite serialises writers anyway). Small objects are
+written through to both tiers; a small object found on disk is promoted to memory. Disk
+failures never reach the caller: a failed read is a miss (counted in ``read_failures``, the
+driver's TCP_SWAPFAIL_MISS), a failed write leaves the object unstored (``write_failures``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar, TypeVarTuple
+
+from harvest_cache.config import KIB, MIB, CacheConfig
+from harvest_cache.store.disk import DiskError, DiskTier, Spool
+from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.interface import FileBody, Found, StoredObject
+from harvest_cache.store.memory import MemoryTier
+
+log = logging.getLogger(__name__)
+
+EXECUTOR_THREADS = 4
+# A body too big for the memory tier is handed to its spool in batches of at least this many
+# bytes: one executor hop per batch, not per chunk from the network.
+SPILL_BATCH = 1 * MIB
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+async def open_store(config: CacheConfig) -> TieredStore:
+    """Open the store ``config`` describes (disk_mb=0: memory only; memory_mb=0: disk only)."""
+    memory = MemoryTier(config.memory_mb * MIB, config.memory_max_object_kb * KIB)
+    executor = ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="harvest-store")
+    disk = None
+    if config.disk_mb > 0:
+        loop = asyncio.get_running_loop()
+        try:
+            disk = await loop.run_in_executor(
+                executor, DiskTier.open, config.dir, config.disk_mb * MIB
+            )
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        limit = min(config.max_object_mb, config.disk_mb) * MIB
+    else:
+        limit = min(config.max_object_mb * MIB, memory.max_object)
+    return TieredStore(memory, disk, executor, limit)
+
+
+class TieredStore:
+    """ObjectStore over a MemoryTier and, unless disk_mb is 0, a DiskTier.
+
+    ``max_object`` is the largest body it stores (-1: none). The counters are for metrics.
+    """
+
+    def __init__(
+        self,
+        memory: MemoryTier,
+        disk: DiskTier | None,
+        executor: ThreadPoolExecutor,
+        max_object: int,
+    ) -> None:
+        self.memory = memory
+        self.max_object = max_object
+        self.read_failures = 0
+        self.write_failures = 0
+        self.disk_evictions = 0  # diskcache rows culled: a head or a body each
+        self._disk = disk
+        self._executor = executor
+        self._writers: set[TieredWriter] = set()
+        # Keys with disk reads in flight, and those of them changed meanwhile: a read that
+        # overlapped a change must not promote what it found over the newer state.
+        self._reading: dict[str, int] = {}
+        self._changed: set[str] = set()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<TieredStore {self.memory!r} {self._disk!r}>"
+
+    # -- ObjectStore -----------------------------------------------------------------------------
+
+    def get_memory(self, key: str) -> Found | None:
+        return self.memory.get(key)
+
+    async def get(self, key: str) -> Found | None:
+        found = self.memory.get(key)
+        if found is not None or self._disk is None:
+            return found
+        self._reading[key] = self._reading.get(key, 0) + 1
+        try:
+            found = await self._read(self._disk, key)
+        except DiskError as e:
+            self.read_failures += 1
+            log.warning("disk read failed, treated as a miss: %s", e)
+            found = None
+        finally:
+            unchanged = self._end_read(key)
+        if found is not None and unchanged:
+            self._promote(key, found)
+        return found
+
+    async def put_marker(self, key: str, marker: VaryMarker) -> None:
+        self._changing(key)
+        self.memory.put(key, marker)
+        if self._disk is not None:
+            await self._write_disk(self._disk.put_marker, key, marker)
+
+    def open_writer(self, key: str, expected_length: int | None) -> TieredWriter | None:
+        too_big = expected_length is not None and expected_length > self.max_object
+        if self._closed or self.max_object < 0 or too_big:
+            return None
+        writer = TieredWriter(self, key)
+        self._writers.add(writer)
+        return writer
+
+    async def update_head(self, key: str, head: StoredHead) -> None:
+        self._changing(key)
+        self.memory.replace_head(key, head)
+        if self._disk is not None:
+            await self._write_disk(self._disk.update_head, key, head)
+
+    async def delete(self, key: str) -> None:
+        self._changing(key)
+        self.memory.delete(key)
+        if self._disk is not None:
+            await self._write_disk(self._disk.delete, key)
+
+    async def close(self) -> None:
+        """Abort unfinished writers, close every thread's SQLite connection, stop the threads."""
+        if self._closed:
+            return
+        self._closed = True
+        for writer in list(self._writers):
+            await writer.abort()
+        try:
+            if self._disk is not None:
+                barrier = threading.Barrier(EXECUTOR_THREADS, timeout=30)
+                close = self._disk.close_connection
+                await asyncio.gather(*(self._run(close, barrier) for _ in range(EXECUTOR_THREADS)))
+        finally:
+            await asyncio.to_thread(self._executor.shutdown)
+
+    # -- beyond the interface --------------------------------------------------------------------
+
+    async def disk_usage(self) -> int:
+        """Bytes the disk tier occupies (0 without one), as its size bound counts them."""
+        return 0 if self._disk is None else await self._run(self._disk.volume)
+
+    # -- for TieredWriter ------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _new_spool(self) -> Spool:
+        assert self._disk is not None, "only bodies bound for the disk tier are spooled"
+        return self._disk.new_spool()
+
+    async def _commit(self, key: str, head: StoredHead, body: list[bytes] | Spool) -> None:
+        self._changing(key)
+        stored: bytes | Spool
+        if isinstance(body, list):
+            stored = body[0] if len(body) == 1 else await self._run(b"".join, body)
+            self.memory.put(key, StoredObject(head, stored, "memory"))
+        else:
+            stored = body
+            self.memory.bypass(key)
+        if self._disk is not None:
+            await self._write_disk(self._disk.commit, key, head, stored)
+
+    def _writer_done(self, writer: TieredWriter) -> None:
+        self._writers.discard(writer)
+
+    def _write_failed(self, error: DiskError) -> None:
+        self.write_failures += 1
+        log.warning("disk write failed, object not stored: %s", error)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    async def _read(self, disk: DiskTier, key: str) -> Found | None:
+        """Read from disk; if the caller is cancelled, close the file it would have got."""
+        future = asyncio.get_running_loop().run_in_executor(
+            self._executor, disk.get, key, self.memory.max_object
+        )
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(_close_unclaimed)
+            raise
+
+    async def _write_disk(self, fn: Callable[[*Ts], int | None], *args: *Ts) -> None:
+        try:
+            evicted = await self._run(fn, *args)
+        except DiskError as e:
+            self._write_failed(e)
+            return
+        self.disk_evictions += evicted or 0
+
+    def _promote(self, key: str, found: Found) -> None:
+        if isinstance(found, VaryMarker):
+            if self.memory.admits(0):
+                self.memory.put(key, found)
+        elif isinstance(found.body, bytes) and self.memory.admits(found.head.body_length):
+            self.memory.put(key, StoredObject(found.head, found.body, "memory"))
+
+    def _changing(self, key: str) -> None:
+        if key in self._reading:
+            self._changed.add(key)
+
+    def _end_read(self, key: str) -> bool:
+        """Finish one disk read of ``key``; True if nothing changed the key meanwhile."""
+        left = self._reading.pop(key) - 1
+        unchanged = key not in self._changed
+        if left:
+            self._reading[key] = left
+        else:
+            self._changed.discard(key)
+        return unchanged
+
+
+def _close_unclaimed(future: asyncio.Future[Found | None]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return
+    found = future.result()
+    if isinstance(found, StoredObject) and isinstance(found.body, FileBody):
+        found.body.file.close()
+
+
+class TieredWriter:
+    """One body on its way into the store (ObjectWriter).
+
+    Chunks are kept in memory while the body could still go in the memory tier; beyond that
+    they are spilled to a spool in SPILL_BATCH batches. A body that grows past the store's
+    largest object, or whose spool fails, is abandoned: later calls do nothing and the key
+    keeps what it held.
+    """
+
+    def __init__(self, store: TieredStore, key: str) -> None:
+        self.key = key
+        self.size = 0
+        self.abandoned = False
+        self._store = store
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._spool: Spool | None = None
+        self._finished = False
+
+    def __repr__(self) -> str:
+        state = "abandoned" if self.abandoned else "finished" if self._finished else "open"
+        return f"<TieredWriter {self.key!r} {self.size} bytes {state}>"
+
+    async def write(self, chunk: bytes) -> None:
+        self._check_open()
+        if self.abandoned or not chunk:
+            return
+        self.size += len(chunk)
+        if self.size > self._store.max_object:
+            log.debug("not storing %r: body exceeds %d bytes", self.key, self._store.max_object)
+            await self._abandon()
+            return
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered >= SPILL_BATCH and self.size > self._store.memory.max_object:
+            await self._spill()
+
+    async def commit(self, head: StoredHead) -> None:
+        self._check_open()
+        if not self.abandoned and head.body_length != self.size:
+            log.warning(
+                "not storing %r: head says %d body bytes, %d were written",
+                self.key,
+                head.body_length,
+                self.size,
+            )
+            await self._abandon()
+        if not self.abandoned and self._spool is not None:
+            await self._spill()  # the last partial batch
+        self._finish()
+        if not self.abandoned:
+            await self._store._commit(self.key, head, self._spool or self._chunks)
+
+    async def abort(self) -> None:
+        if not self._finished:
+            self._finish()
+            await self._abandon()
+
+    async def _spill(self) -> None:
+        chunks, self._chunks, self._buffered = self._chunks, [], 0
+        if self._spool is None:
+            self._spool = self._store._new_spool()
+        try:
+            await self._store._run(self._spool.append, chunks)
+        except DiskError as e:
+            self._store._write_failed(e)
+            await self._abandon()
+        except asyncio.CancelledError:
+            # Whether the batch landed is unknown, so the body can no longer be committed.
+            self.abandoned = True
+            raise
+
+    async def _abandon(self) -> None:
+        self.abandoned = True
+        self._chunks = []
+        if self._spool is not None:
+            await self._store._run(self._spool.discard)
+
+    def _finish(self) -> None:
+        self._finished = True
+        self._store._writer_done(self)
+
+    def _check_open(self) -> None:
+        if self._finished:
+            raise RuntimeError(f"{self!r} was already committed or aborted")

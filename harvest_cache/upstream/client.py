@@ -1,0 +1,109 @@
+"""Send one request to an origin and hand back its response head and body stream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from harvest_cache.errors import ReadTimeout, UpstreamError, UpstreamReset
+from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
+from harvest_cache.upstream.pool import Pool
+
+
+@dataclass(slots=True)
+class OutgoingRequest:
+    """A request ready for the wire: ``head`` is the complete request head.
+
+    ``body`` yields the decoded request body; ``chunked`` says whether it is sent with
+    chunked framing (otherwise ``head`` carries its Content-Length).
+    """
+
+    method: str
+    host: str
+    port: int
+    head: bytes
+    body: AsyncIterator[bytes] | None = None
+    chunked: bool = False
+
+
+class Exchange:
+    """A response in progress: read the body, then ``release`` (or ``abort``)."""
+
+    __slots__ = ("_conn", "_pool", "head")
+
+    def __init__(self, pool: Pool, conn: UpstreamConnection, head: ResponseHead) -> None:
+        self._pool = pool
+        self._conn = conn
+        self.head = head
+
+    @property
+    def peer_ip(self) -> str:
+        return self._conn.peer_ip
+
+    async def read(self) -> bytes:
+        """The next body chunk; b"" once the body is complete."""
+        return await self._conn.read()
+
+    def release(self) -> None:
+        """Return the connection to the pool if the exchange ended cleanly, else close it."""
+        conn = self._conn
+        reusable = conn.reusable()
+        conn.finish()
+        if reusable:
+            self._pool.put_idle(conn)
+        else:
+            conn.close()
+
+    def abort(self) -> None:
+        self._conn.finish()
+        self._conn.close()
+
+
+async def _send_body(conn: UpstreamConnection, req: OutgoingRequest) -> None:
+    assert req.body is not None
+    async for chunk in req.body:
+        if not chunk:
+            continue
+        if req.chunked:
+            await conn.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        else:
+            await conn.write(chunk)
+    if req.chunked:
+        await conn.write(b"0\r\n\r\n")
+
+
+async def send(pool: Pool, req: OutgoingRequest, read_timeout: float) -> Exchange:
+    """Send ``req`` and wait for the final response head.
+
+    A reused connection that the origin had already closed is retried once on a new one,
+    when the request has no streamed body (nothing has been consumed that could not be sent
+    again).
+    """
+    conn = pool.take_idle(req.host, req.port)
+    while True:
+        reused = conn is not None
+        if conn is None:
+            conn = await pool.connect(req.host, req.port)
+        head_future = conn.begin(req.method == "HEAD", read_timeout)
+        try:
+            await conn.write(req.head)
+            if req.body is not None:
+                await _send_body(conn, req)
+            async with asyncio.timeout(read_timeout):
+                head = await head_future
+        except TimeoutError:
+            conn.close()
+            raise ReadTimeout(
+                f"no response from {req.host}:{req.port} within {read_timeout:g} s"
+            ) from None
+        except UpstreamReset:
+            conn.close()
+            if reused and req.body is None:
+                conn = None
+                continue
+            raise
+        except (UpstreamError, asyncio.CancelledError, OSError):
+            conn.close()
+            raise
+        return Exchange(pool, conn, head)

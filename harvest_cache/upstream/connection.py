@@ -1,0 +1,248 @@
+"""One keep-alive HTTP/1.1 connection to an origin, parsed with httptools (llhttp).
+
+The protocol buffers response body chunks for one reader and pauses the socket when the
+reader falls behind, so a slow client slows the origin instead of filling memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import cast
+
+import httptools
+
+from harvest_cache.errors import ReadTimeout, UpstreamProtocolError, UpstreamReset
+from harvest_cache.http.headers import Headers
+
+# Past this much unread body the socket is paused; the reader resumes it.
+_HIGH_WATER = 1 << 20
+
+
+class ResponseHead:
+    """Status, reason and headers of one upstream response."""
+
+    __slots__ = ("headers", "keep_alive", "reason", "status", "version")
+
+    def __init__(self, status: int, reason: str, version: str, headers: Headers) -> None:
+        self.status = status
+        self.reason = reason
+        self.version = version
+        self.headers = headers
+        self.keep_alive = True
+
+    def __repr__(self) -> str:
+        return f"<ResponseHead {self.status} {self.reason} HTTP/{self.version}>"
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """A connection that carries one exchange at a time (no pipelining upstream)."""
+
+    def __init__(self, key: tuple[str, int], peer_ip: str) -> None:
+        self.key = key
+        self.peer_ip = peer_ip
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.exchanges = 0
+        self._parser: httptools.HttpResponseParser | None = None
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._reason = b""
+        self._head: asyncio.Future[ResponseHead] | None = None
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._complete = False
+        self._head_only = False
+        self._close_delimited = False
+        self._read_timeout = 60.0
+        self._error: Exception | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    # -- asyncio callbacks -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._writable.set()
+        if self._parser is not None and not self._complete:
+            if self._close_delimited:
+                # A body with neither Content-Length nor chunking ends with the connection.
+                self._complete = True
+                self._wake()
+            else:
+                self._fail(UpstreamReset("the origin closed the connection mid-response"))
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def data_received(self, data: bytes) -> None:
+        if self._parser is None:
+            # Bytes outside an exchange: the origin is confused; never reuse it.
+            self.close()
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            self._fail(UpstreamProtocolError(f"unparsable response from the origin: {e}"))
+            self.close()
+
+    # -- httptools callbacks -----------------------------------------------------------------
+
+    def on_status(self, status: bytes) -> None:
+        self._reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        assert parser is not None
+        status = parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            # Interim responses are consumed here; the final one follows on this connection.
+            self._raw_headers = []
+            self._reason = b""
+            return
+        head = ResponseHead(
+            status,
+            self._reason.decode("latin-1"),
+            parser.get_http_version(),
+            Headers.from_raw(self._raw_headers),
+        )
+        head.keep_alive = parser.should_keep_alive()
+        self._close_delimited = (
+            not self._head_only
+            and status not in (204, 304)
+            and "content-length" not in head.headers
+            and "transfer-encoding" not in head.headers
+        )
+        if self._close_delimited:
+            head.keep_alive = False
+        if self._head is not None and not self._head.done():
+            self._head.set_result(head)
+        if self._head_only:
+            self._complete = True
+            self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        if self._head_only:
+            return
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if self._parser is None:
+            return
+        parser = self._parser
+        if parser.get_status_code() < 200:
+            return
+        self._complete = True
+        self._wake()
+
+    # -- the exchange ------------------------------------------------------------------------
+
+    def begin(self, head_only: bool, read_timeout: float) -> asyncio.Future[ResponseHead]:
+        """Start a new exchange; the future resolves with the final response head.
+
+        ``read_timeout`` bounds each wait for body bytes.
+        """
+        self._read_timeout = read_timeout
+        self._close_delimited = False
+        self._parser = httptools.HttpResponseParser(self)
+        self._raw_headers = []
+        self._reason = b""
+        self._chunks.clear()
+        self._buffered = 0
+        self._complete = False
+        self._error = None
+        self._head_only = head_only
+        self._head = asyncio.get_running_loop().create_future()
+        self.exchanges += 1
+        return self._head
+
+    async def write(self, data: bytes) -> None:
+        if self.transport is None or self.closed:
+            raise UpstreamReset("the connection to the origin closed while sending the request")
+        self.transport.write(data)
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    async def read(self) -> bytes:
+        """The next body chunk, b"" at the end of the body; raises on truncation or timeout."""
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self._complete:
+                return b""
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(self._read_timeout):
+                    await self._waiter
+            except TimeoutError:
+                self.close()
+                raise ReadTimeout(f"the origin sent nothing for {self._read_timeout:g} s") from None
+            finally:
+                self._waiter = None
+        chunk = self._chunks.popleft()
+        self._buffered -= len(chunk)
+        if self._paused and self._buffered < _HIGH_WATER // 2 and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    def reusable(self) -> bool:
+        """Whether the finished exchange left the connection fit for another."""
+        head = self._head
+        return (
+            not self.closed
+            and self._complete
+            and self._error is None
+            and head is not None
+            and head.done()
+            and not head.cancelled()
+            and head.exception() is None
+            and head.result().keep_alive
+        )
+
+    def finish(self) -> None:
+        """End the exchange; the parser is dropped so stray bytes are noticed."""
+        self._parser = None
+        self._head = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, error: Exception) -> None:
+        if self._error is None:
+            self._error = error
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(error)
+            self._head.exception()  # the caller may already have gone; mark it retrieved
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def __repr__(self) -> str:
+        host, port = self.key
+        return f"<UpstreamConnection {host}:{port} via {self.peer_ip} exchanges={self.exchanges}>"

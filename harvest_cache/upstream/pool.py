@@ -1,0 +1,103 @@
+"""Idle keep-alive connections to origins, and opening new ones within the connect timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import Callable
+from functools import partial
+from typing import Protocol, TypeVar
+
+from harvest_cache.config import UpstreamConfig
+from harvest_cache.errors import ConnectRefused, ConnectTimeout, UpstreamError
+from harvest_cache.upstream.connection import UpstreamConnection
+
+_SWEEP_EVERY = 5.0
+P = TypeVar("P", bound=asyncio.BaseProtocol)
+
+
+class Resolver(Protocol):
+    async def resolve(self, host: str) -> list[str]: ...
+
+
+class Pool:
+    """Per-(host, port) stacks of idle connections; the newest is reused first."""
+
+    def __init__(self, resolver: Resolver, config: UpstreamConfig) -> None:
+        self._resolver = resolver
+        self._config = config
+        self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
+        self._last_sweep = 0.0
+        self.opened = 0
+        self.reused = 0
+
+    def take_idle(self, host: str, port: int) -> UpstreamConnection | None:
+        stack = self._idle.get((host, port))
+        if not stack:
+            return None
+        limit = asyncio.get_running_loop().time() - self._config.pool_idle_timeout
+        while stack:
+            conn = stack.pop()
+            if not conn.closed and conn.idle_since >= limit:
+                self.reused += 1
+                return conn
+            conn.close()
+        return None
+
+    def put_idle(self, conn: UpstreamConnection) -> None:
+        now = asyncio.get_running_loop().time()
+        conn.idle_since = now
+        stack = self._idle.setdefault(conn.key, [])
+        stack.append(conn)
+        if len(stack) > self._config.pool_max_idle_per_host:
+            stack.pop(0).close()
+        if now - self._last_sweep > _SWEEP_EVERY:
+            self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Close connections idle past the timeout, so unrevisited origins are let go."""
+        self._last_sweep = now
+        limit = now - self._config.pool_idle_timeout
+        for key, stack in list(self._idle.items()):
+            keep = [c for c in stack if not c.closed and c.idle_since >= limit]
+            for c in stack:
+                if c not in keep:
+                    c.close()
+            if keep:
+                self._idle[key] = keep
+            else:
+                del self._idle[key]
+
+    async def connect(self, host: str, port: int) -> UpstreamConnection:
+        """A new HTTP connection to ``host:port``."""
+        conn = await self.open(host, port, partial(UpstreamConnection, (host, port)))
+        self.opened += 1
+        return conn
+
+    async def open(self, host: str, port: int, factory: Callable[[str], P]) -> P:
+        """A new connection speaking ``factory(ip)``'s protocol, trying each address in turn."""
+        addresses = await self._resolver.resolve(host)
+        loop = asyncio.get_running_loop()
+        failure: UpstreamError | None = None
+        for ip in addresses:
+            try:
+                async with asyncio.timeout(self._config.connect_timeout):
+                    _, protocol = await loop.create_connection(partial(factory, ip), ip, port)
+            except TimeoutError:
+                failure = ConnectTimeout(
+                    f"no connection to {host}:{port} within {self._config.connect_timeout:g} s"
+                )
+            except OSError as e:
+                if e.errno == errno.ECONNREFUSED:
+                    failure = ConnectRefused(f"{host}:{port} refused the connection")
+                else:
+                    failure = ConnectRefused(f"cannot connect to {host}:{port}: {e.strerror}")
+            else:
+                return protocol
+        raise failure or ConnectRefused(f"{host} has no address")
+
+    def close(self) -> None:
+        for stack in self._idle.values():
+            for conn in stack:
+                conn.close()
+        self._idle.clear()

@@ -1,0 +1,55 @@
+"""Shared fixtures: a scripted loopback origin, running caches and a proxy client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+import uvloop
+
+from harvest_cache.server.app import CacheServer
+from tests.support import Origin, ProxyClient, cache_config
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The cache runs on uvloop in production, so its tests do too."""
+    return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture
+async def origin() -> AsyncIterator[Origin]:
+    o = Origin()
+    await o.start()
+    yield o
+    await o.stop()
+
+
+@pytest.fixture
+async def make_cache(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[CacheServer]]]:
+    """Start caches from cache_config plus overrides; all are stopped at the end."""
+    started: list[CacheServer] = []
+
+    async def start(**sections: dict[str, object]) -> CacheServer:
+        server = await CacheServer.start(cache_config(tmp_path, **sections))
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.stop(0.5)
+
+
+@pytest.fixture
+async def cache(make_cache: Callable[..., Awaitable[CacheServer]]) -> CacheServer:
+    return await make_cache()
+
+
+@pytest.fixture
+async def client(cache: CacheServer) -> AsyncIterator[ProxyClient]:
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        yield ProxyClient(session, cache)

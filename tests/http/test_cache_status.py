@@ -1,0 +1,56 @@
+"""The Cache-Status response field (RFC 9211)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harvest_cache.http.cache_status import cache_status
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "value"),
+    [
+        ({"hit": True, "ttl": 53}, "harvest; hit; ttl=53"),
+        ({"hit": True, "ttl": 53.9}, "harvest; hit; ttl=53"),
+        ({"hit": True, "ttl": -0.5}, "harvest; hit; ttl=-1"),  # stale: a negative ttl
+        (
+            {"hit": False, "fwd": "uri-miss", "fwd_status": 200, "stored": True},
+            "harvest; fwd=uri-miss; fwd-status=200; stored",
+        ),
+        (
+            {"hit": False, "fwd": "stale", "fwd_status": 304, "ttl": 60},
+            "harvest; fwd=stale; fwd-status=304; ttl=60",
+        ),
+        ({"hit": False, "fwd": "method"}, "harvest; fwd=method"),
+        (
+            {"hit": False, "fwd": "miss", "fwd_status": 200, "collapsed": True},
+            "harvest; fwd=miss; fwd-status=200; collapsed",
+        ),
+        ({"hit": False, "detail": "origin-error"}, "harvest; detail=origin-error"),
+        ({"hit": False, "detail": "no route"}, 'harvest; detail="no route"'),
+        ({"hit": True, "detail": 'say "hi"'}, 'harvest; hit; detail="say \\"hi\\""'),
+        ({"hit": True, "ttl": 1e30}, "harvest; hit; ttl=999999999999999"),
+    ],
+)
+def test_rfc9211_s2_parameters_in_order(kwargs: dict[str, Any], value: str) -> None:
+    assert cache_status("harvest", **kwargs) == value
+
+
+def test_rfc9211_s2_a_cache_name_that_is_not_a_token_is_a_string() -> None:
+    assert cache_status("cache 1", hit=True) == '"cache 1"; hit'
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"hit": True, "fwd": "miss"},  # a hit was not forwarded
+        {"hit": False, "fwd": "elsewhere"},  # not an RFC 9211 reason
+        {"hit": False, "detail": "caf\u00e9"},  # not ASCII
+        {"hit": False, "detail": "a\nb"},
+    ],
+)
+def test_rfc9211_s2_invalid_combinations_are_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="Cache-Status"):
+        cache_status("harvest", **kwargs)
