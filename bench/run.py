@@ -171,6 +171,15 @@ def cpu_seconds(pgid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def core_ticks(core: str) -> tuple[int, int]:
+    """(user + nice + system, all but idle and iowait) clock ticks of one core so far."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{core} "):
+            t = [int(x) for x in line.split()[1:]]
+            return t[0] + t[1] + t[2], sum(t) - t[3] - t[4]
+    return 0, 0
+
+
 def reset_peak_rss(pgid: int) -> bool:
     """Reset VmHWM to the current RSS (``echo 5 > /proc/PID/clear_refs``) in the whole group."""
     ok = True
@@ -258,13 +267,14 @@ def ensure_tools(names: list[str]) -> dict[str, str]:
     return paths
 
 
-def version_of(argv: list[str]) -> str:
+def version_of(argv: list[str], any_status: bool = False) -> str:
+    """First line a version command prints; "unknown" if it fails (wrk -v exits 1 anyway)."""
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     lines = (out.stdout + out.stderr).strip().splitlines()
-    return lines[0].strip() if lines else "unknown"
+    return lines[0].strip() if lines and (out.returncode == 0 or any_status) else "unknown"
 
 
 # -- the origin --------------------------------------------------------------------------------
@@ -588,6 +598,7 @@ class Run:
     proxy_cpu_percent: float
     client_cpu_percent: float
     origin_cpu_percent: float
+    others_core0_percent: float
 
 
 def run_wrk(
@@ -640,7 +651,12 @@ def lua_args(scn: Scenario, origin: Origin, tag: str, absolute: bool, inm: str =
 
 
 def to_run(
-    raw: dict[str, Any], origin_requests: int, cpu: float, client_cpu: float, origin_cpu: float
+    raw: dict[str, Any],
+    origin_requests: int,
+    cpu: float,
+    client_cpu: float,
+    origin_cpu: float,
+    core0_tasks: float = 0.0,
 ) -> Run:
     seconds = raw["duration_us"] / 1e6
     lat = raw["latency_us"]
@@ -656,6 +672,7 @@ def to_run(
         proxy_cpu_percent=round(100 * cpu / seconds, 1),
         client_cpu_percent=round(100 * client_cpu / seconds, 1),
         origin_cpu_percent=round(100 * origin_cpu / seconds, 1),
+        others_core0_percent=round(max(0.0, 100 * (core0_tasks - cpu) / seconds), 1),
     )
 
 
@@ -697,6 +714,11 @@ def check(scn: Scenario, res: ScenarioResult, logged: bool) -> list[str]:
     if scn.kind != "hit" and res.origin_requests_per_request < 0.99:
         problems.append(
             f"origin saw {res.origin_requests_per_request:.3f} requests per request (expected 1)"
+        )
+    busy = [r.others_core0_percent for r in res.runs if r.others_core0_percent > 5]
+    if busy:
+        problems.append(
+            f"other processes took {max(busy):.0f}% of core {PROXY_CPU} in {len(busy)} run(s)"
         )
     if res.proxy_cpu_percent < 80:
         problems.append(
@@ -754,21 +776,24 @@ def bench_system(
                 before = origin.requests_served()
                 cpu_before = cpu_seconds(proxy.pgid)
                 origin_cpu = cpu_seconds(origin.proc.pid)
+                core0 = core_ticks(PROXY_CPU)[0]
                 raw = run_wrk(
                     procs, proxy.port, lua_args(scn, origin, run_tag, True), args, args.duration
                 )
                 cpu = cpu_seconds(proxy.pgid) - cpu_before
                 origin_cpu = cpu_seconds(origin.proc.pid) - origin_cpu
+                core0_tasks = (core_ticks(PROXY_CPU)[0] - core0) / os.sysconf("SC_CLK_TCK")
                 served = origin.requests_served() - before - 1
                 if proxy.proc.poll() is not None:
                     raise BenchError(f"{system} died during {scn.name}\n{tail(proxy.error_log)}")
-                run = to_run(raw, served, cpu, raw["cpu_seconds"], origin_cpu)
+                run = to_run(raw, served, cpu, raw["cpu_seconds"], origin_cpu, core0_tasks)
                 runs.append(run)
                 say(
                     f"  {scn.name:9} run {r + 1}/{args.repeats}: {run.rps:11,.0f} req/s"
                     f" {run.mibps:9,.1f} MiB/s  p50 {run.p50_ms:7.2f} ms  p99 {run.p99_ms:7.2f} ms"
                     f"  cpu {run.proxy_cpu_percent:3.0f}%"
-                    f" (wrk {run.client_cpu_percent:.0f}%, origin {run.origin_cpu_percent:.0f}%)"
+                    f" (wrk {run.client_cpu_percent:.0f}%, origin {run.origin_cpu_percent:.0f}%,"
+                    f" others on core {PROXY_CPU} {run.others_core0_percent:.0f}%)"
                     + (f"  errors {run.errors}" if run.errors else "")
                 )
             requests = sum(r.requests for r in runs)
@@ -977,6 +1002,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if (os.cpu_count() or 1) < 2:
         say("warning: fewer than 2 cores; the pinning below assumes cores 0 and 1")
+    else:  # keep this harness (idle during runs, busy between them) off the proxy's core
+        os.sched_setaffinity(0, {int(CLIENT_CPU)})
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     procs = Processes()
@@ -1025,7 +1052,9 @@ def main(argv: list[str] | None = None) -> int:
                     "access_log": args.access_log,
                     "origin": origin.version,
                     "cores": {"proxy": PROXY_CPU, "origin": ORIGIN_CPU, "wrk": CLIENT_CPU},
-                    "wrk": version_of([tools["wrk"], "-v"]),
+                    "wrk": version_of([tools["wrk"], "-v"], any_status=True),
+                    "harvest_commit": version_of(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+                    + " (plus uncommitted changes, if any)",
                 },
                 "scenarios": {s.name: s.about for s in args.scenario_list},
                 "systems": {},

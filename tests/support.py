@@ -98,3 +98,321 @@ async def raw_exchange(port: int, data: bytes, *, within: float = 5.0) -> bytes:
             return await reader.read(-1)
     finally:
         writer.close()
+
+
+# -- helpers for the integration tests of caching, collapsed forwarding, persistence and the
+# -- access log (appended; the helpers above are unchanged)
+
+import contextlib  # noqa: E402
+import dataclasses  # noqa: E402
+import email.utils  # noqa: E402
+import re  # noqa: E402
+import socket  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
+
+
+def http_date(when: float) -> str:
+    """An IMF-fixdate for the wall-clock time ``when``."""
+    return email.utils.formatdate(when, usegmt=True)
+
+
+def cache_status_members(value: str) -> list[tuple[str, dict[str, str | bool]]]:
+    """A Cache-Status field value (RFC 9211) as (cache name, parameters) per list member.
+
+    A bare parameter (``hit``, ``stored``) maps to True. Good enough for the tokens and
+    integers Harvest emits; quoted strings holding ``;`` or ``,`` are not expected.
+    """
+    members: list[tuple[str, dict[str, str | bool]]] = []
+    for member in value.split(","):
+        name, *params = (part.strip() for part in member.split(";"))
+        parsed: dict[str, str | bool] = {}
+        for param in params:
+            key, sep, val = param.partition("=")
+            parsed[key] = val if sep else True
+        members.append((name, parsed))
+    return members
+
+
+def our_cache_status(
+    resp: aiohttp.ClientResponse, name: str = "test-cache"
+) -> dict[str, str | bool]:
+    """The parameters of the last Cache-Status member, which must be this cache's."""
+    value = resp.headers.get("Cache-Status")
+    assert value is not None, f"no Cache-Status in {dict(resp.headers)}"
+    last_name, params = cache_status_members(value)[-1]
+    assert last_name == name, value
+    return params
+
+
+ACCESS_LOG_LINE = re.compile(
+    r"(?P<time>\d+\.\d{3}) +(?P<elapsed>\d+) (?P<client>\S+)"
+    r" (?P<result>[A-Z_]+)/(?P<status>\d{3}) (?P<bytes>\d+) (?P<method>\S+) (?P<url>\S+)"
+    r" (?P<user>\S+) (?P<hierarchy>[A-Z_]+)/(?P<peer>\S+) (?P<content_type>\S+)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogLine:
+    """One access.log line in Squid's native format, split into its ten fields."""
+
+    time: float
+    elapsed_ms: int
+    client: str
+    result: str
+    status: int
+    bytes: int
+    method: str
+    url: str
+    user: str
+    hierarchy: str
+    peer: str
+    content_type: str
+
+
+def parse_access_log(text: str) -> list[LogLine]:
+    """Every line must match Squid's native format exactly (10 space-separated fields)."""
+    lines: list[LogLine] = []
+    for raw in text.splitlines():
+        assert len(raw.split()) == 10, f"not 10 fields: {raw!r}"
+        m = ACCESS_LOG_LINE.fullmatch(raw)
+        assert m is not None, f"not Squid's native format: {raw!r}"
+        g = m.groupdict()
+        lines.append(
+            LogLine(
+                float(g["time"]),
+                int(g["elapsed"]),
+                g["client"],
+                g["result"],
+                int(g["status"]),
+                int(g["bytes"]),
+                g["method"],
+                g["url"],
+                g["user"],
+                g["hierarchy"],
+                g["peer"],
+                g["content_type"],
+            )
+        )
+    return lines
+
+
+async def stop_and_read_log(cache: CacheServer) -> list[LogLine]:
+    """Stop ``cache`` (which flushes its batched access log) and parse the log file."""
+    await cache.stop(1.0)
+    path = cache.config.log.access_log
+    assert path is not None
+    return parse_access_log(await asyncio.to_thread(path.read_text, "ascii"))
+
+
+@contextlib.asynccontextmanager
+async def proxy_client(cache: CacheServer) -> AsyncIterator[ProxyClient]:
+    """A ProxyClient with its own session, for caches started with make_cache."""
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        yield ProxyClient(session, cache)
+
+
+def free_port() -> int:
+    """An ephemeral port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def wait_for_port(port: int, *, within: float = 15.0) -> None:
+    """Wait until 127.0.0.1:``port`` accepts connections (polling, bounded by ``within``)."""
+    async with asyncio.timeout(within):
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            return
+
+
+async def wait_until(predicate: Callable[[], bool], *, within: float = 5.0) -> None:
+    """Poll ``predicate`` every 10 ms until it holds; TimeoutError after ``within`` seconds."""
+    async with asyncio.timeout(within):
+        while not predicate():  # noqa: ASYNC110 - the state polled has no event to wait on
+            await asyncio.sleep(0.01)
+
+
+# -- raw HTTP on sockets, for framing, keep-alive, pipelining and malformed input --------------
+
+
+class RawResponse:
+    """One response as read off a raw socket: status, fields in order, decoded body."""
+
+    def __init__(
+        self, status: int, head: bytes, fields: list[tuple[str, str]], body: bytes, chunked: bool
+    ) -> None:
+        self.status = status
+        self.head = head
+        self.fields = fields
+        self.body = body
+        self.chunked = chunked
+
+    def get(self, name: str) -> str | None:
+        values = [v for n, v in self.fields if n.lower() == name.lower()]
+        return ", ".join(values) if values else None
+
+    def has(self, name: str) -> bool:
+        return any(n.lower() == name.lower() for n, _ in self.fields)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def __repr__(self) -> str:
+        return f"<RawResponse {self.status} {self.fields!r} body={self.body[:80]!r}>"
+
+
+def request_bytes(
+    method: str,
+    url: str,
+    *,
+    version: str = "1.1",
+    headers: list[tuple[str, str]] | None = None,
+    body: bytes = b"",
+) -> bytes:
+    """A request head in absolute form (Host from the URL unless given) plus ``body``."""
+    fields = list(headers or [])
+    if not any(n.lower() == "host" for n, _ in fields):
+        authority = url.split("://", 1)[-1].split("/", 1)[0]
+        fields.insert(0, ("Host", authority))
+    if body and not any(n.lower() in ("content-length", "transfer-encoding") for n, _ in fields):
+        fields.append(("Content-Length", str(len(body))))
+    lines = [f"{method} {url} HTTP/{version}", *(f"{n}: {v}" for n, v in fields)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+async def read_head(reader: asyncio.StreamReader) -> tuple[int, bytes, list[tuple[str, str]]]:
+    """A response head: status, the raw bytes and the fields."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head[:-4].decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    fields: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        fields.append((name.strip(), value.strip()))
+    return status, head, fields
+
+
+async def read_chunked(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body, decoded; the trailer section is read and dropped."""
+    body = bytearray()
+    for _ in range(1_000_000):
+        size_line = await reader.readuntil(b"\r\n")
+        size = int(size_line.split(b";", 1)[0].strip(), 16)
+        if size == 0:
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                pass
+            return bytes(body)
+        data = await reader.readexactly(size + 2)
+        assert data.endswith(b"\r\n"), f"chunk not followed by CRLF: {data[-8:]!r}"
+        body += data[:-2]
+    raise AssertionError("too many chunks")
+
+
+async def read_response(
+    reader: asyncio.StreamReader, *, method: str = "GET", within: float = 5.0
+) -> RawResponse:
+    """Read one complete response (interim 1xx responses skipped), framed as it says."""
+    async with asyncio.timeout(within):
+        while True:
+            status, head, fields = await read_head(reader)
+            if not (100 <= status < 200):
+                break
+        resp = RawResponse(status, head, fields, b"", False)
+        te = resp.get("Transfer-Encoding")
+        length = resp.get("Content-Length")
+        if method == "HEAD" or status in (204, 304):
+            return resp
+        if te is not None:
+            assert te.lower() == "chunked", f"unexpected Transfer-Encoding {te!r}"
+            resp.chunked = True
+            resp.body = await read_chunked(reader)
+        elif length is not None:
+            resp.body = await reader.readexactly(int(length))
+        else:
+            resp.body = await reader.read(-1)
+        return resp
+
+
+async def closed_by_peer(reader: asyncio.StreamReader, within: float = 3.0) -> bool:
+    """True if the peer closes (EOF or reset) within ``within`` seconds with no more data."""
+    try:
+        async with asyncio.timeout(within):
+            return await reader.read(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+async def open_proxy(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+
+
+RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class RawServer:
+    """A TCP server on 127.0.0.1 whose every connection runs ``handler``; for origins that
+    misbehave on purpose. It counts connections and closes them all on ``stop``."""
+
+    def __init__(self, handler: RawHandler) -> None:
+        self.handler = handler
+        self.port = 0
+        self.accepted = 0
+        self.closed = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> RawServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self._writers.add(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)  # type: ignore[arg-type]
+        try:
+            await self.handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.closed += 1
+            self._writers.discard(writer)
+            self._tasks.discard(task)  # type: ignore[arg-type]
+            writer.close()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=2.0)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+async def read_request_head(reader: asyncio.StreamReader) -> tuple[str, list[tuple[str, str]]]:
+    """For RawServer handlers: the request line and the fields of the next request."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head[:-4].decode("latin-1").split("\r\n")
+    fields = [(n.strip(), v.strip()) for n, _, v in (line.partition(":") for line in lines[1:])]
+    return lines[0], fields

@@ -6,8 +6,9 @@ A cache answers ``If-None-Match`` / ``If-Modified-Since`` itself when it serves 
 
 from __future__ import annotations
 
-from harvest_cache.http.dates import parse_http_date
+from harvest_cache.http.dates import header_date
 from harvest_cache.http.headers import Headers
+from harvest_cache.http.validation import parse_etag, response_etag
 
 CONDITIONAL_FIELDS = (
     "If-Match",
@@ -23,30 +24,24 @@ NOT_MODIFIED_FIELDS = frozenset(
 )
 
 
-def _opaque(tag: str) -> str:
-    return tag[2:] if tag.startswith("W/") else tag
-
-
-def none_match(if_none_match: list[str], etag: str | None) -> bool:
+def none_match(if_none_match: list[str], stored: Headers) -> bool:
     """True when If-None-Match fails (a listed tag weakly matches): the answer is 304."""
+    etag = response_etag(stored)
     if etag is None:
         return False
     if "*" in if_none_match:
         return True
-    wanted = _opaque(etag.strip())
-    return any(_opaque(tag) == wanted for tag in if_none_match)
+    return any(tag is not None and tag.weak_match(etag) for tag in map(parse_etag, if_none_match))
 
 
 def not_modified(request: Headers, stored: Headers) -> bool:
     """Whether a GET/HEAD with these conditionals is answered 304 from ``stored``."""
     inm = request.get_list("If-None-Match")
     if inm:
-        return none_match(inm, stored.get("ETag"))
-    ims = request.get("If-Modified-Since")
-    if ims is None:
-        return False
-    since = parse_http_date(ims)
-    modified = parse_http_date(stored.get("Last-Modified") or "")
+        return none_match(inm, stored)
+    since = header_date(request, "If-Modified-Since")
+    # Without Last-Modified the response's Date is the best estimate (RFC 9110 13.1.3).
+    modified = header_date(stored, "Last-Modified") or header_date(stored, "Date")
     return since is not None and modified is not None and modified <= since
 
 

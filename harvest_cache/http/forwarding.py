@@ -6,6 +6,7 @@ configured mode, and ``Max-Forwards`` is decremented. Loops are detected by our 
 
 from __future__ import annotations
 
+from harvest_cache.http.dates import format_http_date
 from harvest_cache.http.headers import Headers
 
 # Fields that describe one connection, never the message (RFC 9110 7.6.1, plus the
@@ -30,6 +31,12 @@ def end_to_end(headers: Headers) -> Headers:
     named = {n.lower() for n in headers.get_list("Connection")}
     drop = HOP_BY_HOP | named
     return Headers((n, v) for n, v in headers if n.lower() not in drop)
+
+
+def ensure_date(headers: Headers, now: float) -> None:
+    """Give a response without Date the time it was received (RFC 9110 6.6.1)."""
+    if "Date" not in headers:
+        headers.add("Date", format_http_date(now))
 
 
 def via_entry(version: str, name: str) -> str:
@@ -83,6 +90,7 @@ __all__ = [
     "add_via",
     "apply_x_forwarded_for",
     "end_to_end",
+    "ensure_date",
     "is_loop",
     "max_forwards",
     "request_head",

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
 
 from harvest_cache.config import Config
-from harvest_cache.server.accesslog import AccessLog, Hierarchy, Result, format_line
+from harvest_cache.server.accesslog import AccessLog
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.proxy import Proxy
 from harvest_cache.server.tasks import TaskSet
-from harvest_cache.server.transaction import Transaction
 from harvest_cache.store.interface import ObjectStore
 from harvest_cache.store.tiered import open_store
 from harvest_cache.upstream.dns import Resolver
@@ -66,7 +64,7 @@ class CacheServer:
         self.address = (sockname[0], sockname[1])
         self.name = self.config.server.name or f"{socket.gethostname()}:{self.address[1]}"
         self.proxy = Proxy(
-            self.config, self.name, self.store, self.pool, self._record, self.tasks.spawn
+            self.config, self.name, self.store, self.pool, self.access_log, self.tasks.spawn
         )
         log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
 
@@ -79,26 +77,6 @@ class CacheServer:
             asyncio.get_running_loop().call_soon(conn.close)
         self.connections.add(conn)
         return conn
-
-    def _record(self, tx: Transaction) -> None:
-        now = time.time()
-        loop_now = asyncio.get_running_loop().time()
-        self.access_log.write(
-            format_line(
-                now=now,
-                elapsed_ms=round((loop_now - tx.started) * 1000),
-                client=tx.client,
-                result=Result(tx.result),
-                status=tx.status,
-                size=tx.bytes_sent,
-                method=tx.method,
-                url=tx.url,
-                hierarchy=Hierarchy(tx.hierarchy),
-                peer=tx.peer,
-                content_type=tx.content_type,
-                aborted=tx.aborted,
-            )
-        )
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let requests in progress finish within ``grace``, then close all."""

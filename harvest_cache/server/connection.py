@@ -19,6 +19,7 @@ import httptools
 from harvest_cache.config import Config
 from harvest_cache.errors import RequestError
 from harvest_cache.http.headers import Headers
+from harvest_cache.server.hot import SLOW_FIELDS
 from harvest_cache.server.request import BodyStream, Request
 from harvest_cache.server.tasks import TaskSet
 
@@ -28,6 +29,11 @@ _MAX_QUEUED = 32
 
 class Handler(Protocol):
     async def handle(self, req: Request, conn: ClientConnection) -> None: ...
+
+    def serve_fast(
+        self, conn: ClientConnection, method: bytes, target: bytes, version: str, keep_alive: bool
+    ) -> bool:
+        """Answer a plain GET/HEAD at once from the hit fast path; False if it cannot."""
 
 
 class ClientConnection(asyncio.Protocol):
@@ -44,6 +50,8 @@ class ClientConnection(asyncio.Protocol):
         self._on_close = on_close
         self.transport: asyncio.Transport | None = None
         self.client_ip = "-"
+        self.client_bytes = b"-"
+        self._loop = asyncio.get_running_loop()
         self.closed = False
         self.must_close = False  # set by the handler when this response ends the connection
         self._parser = httptools.HttpRequestParser(self)
@@ -56,11 +64,14 @@ class ClientConnection(asyncio.Protocol):
         # per-request parse state
         self._url = bytearray()
         self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._slow = False  # a field seen that keeps this request off the hit fast path
         self._head_bytes = 0
         self._in_head = False
         self._current: Request | None = None
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
+        # One lazily re-armed timer serves both deadlines, so a request costs no timer calls:
+        # _mark is when the current head began (in a head) or when the connection went idle.
+        self._timer: asyncio.TimerHandle | None = None
+        self._mark = 0.0
         # CONNECT: bytes that arrived after the request head, and where tunnel data goes
         self.tunnel_preface = b""
         self.tunnel_sink: Callable[[bytes], None] | None = None
@@ -74,12 +85,15 @@ class ClientConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.client_ip = peer[0] if peer else "-"
+        self.client_bytes = self.client_ip.encode()
         self._arm_idle()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._writable.set()
-        self._cancel_timers()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._current is not None and self._current.body is not None:
             self._current.body.fail(RequestError(400, "the client closed the connection"))
         if self.tunnel_eof is not None:
@@ -145,15 +159,16 @@ class ClientConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._raw_headers.append((name, value))
+        if name.lower() in SLOW_FIELDS:
+            self._slow = True
         if len(self._raw_headers) > self._config.max_header_count:
             raise RequestError(431, "too many header fields")
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
         parser = self._parser
+        if self._worker is None and not self._queue and self._try_fast():
+            return
         headers = Headers.from_raw(self._raw_headers)
         req = Request(
             method=parser.get_method().decode("ascii", "replace"),
@@ -161,7 +176,7 @@ class ClientConnection(asyncio.Protocol):
             version=parser.get_http_version(),
             headers=headers,
             keep_alive=parser.should_keep_alive(),
-            started=asyncio.get_running_loop().time(),
+            started=self._loop.time(),
             wall=time.time(),
         )
         self._url = bytearray()
@@ -171,6 +186,23 @@ class ClientConnection(asyncio.Protocol):
             req.body = BodyStream(self._pause_reading, self._resume_reading)
         self._current = req
         self._enqueue(req)
+
+    def _try_fast(self) -> bool:
+        method = self._parser.get_method()
+        if self._slow or method not in (b"GET", b"HEAD"):
+            return False
+        keep_alive = self._parser.should_keep_alive()
+        version = self._parser.get_http_version()
+        if not self._handler.serve_fast(self, method, bytes(self._url), version, keep_alive):
+            return False
+        self._url = bytearray()
+        self._raw_headers = []
+        if not keep_alive:
+            self._stop_reading()
+            self.close()
+        else:
+            self._arm_idle()
+        return True
 
     def on_body(self, body: bytes) -> None:
         req = self._current
@@ -246,7 +278,7 @@ class ClientConnection(asyncio.Protocol):
             version="1.1",
             headers=Headers(),
             keep_alive=False,
-            started=asyncio.get_running_loop().time(),
+            started=self._loop.time(),
             wall=time.time(),
             error=error,
         )
@@ -256,41 +288,49 @@ class ClientConnection(asyncio.Protocol):
 
     def _start_head(self) -> None:
         self._in_head = True
+        self._slow = False
         self._head_bytes = 0
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
-        if self._head_timer is None:
-            loop = asyncio.get_running_loop()
-            self._head_timer = loop.call_later(self._config.header_timeout, self._head_expired)
-
-    def _head_expired(self) -> None:
-        self._head_timer = None
-        if self._in_head and not self.closed:
-            self._reject(RequestError(408, "the request head took too long"))
+        self._mark = self._loop.time()
+        self._ensure_timer()
 
     def _arm_idle(self) -> None:
-        if self._idle_timer is None and not self._in_head:
-            loop = asyncio.get_running_loop()
-            self._idle_timer = loop.call_later(self._config.idle_timeout, self._idle_expired)
+        if not self._in_head:
+            self._mark = self._loop.time()
+            self._ensure_timer()
 
-    def _idle_expired(self) -> None:
-        self._idle_timer = None
-        if self._worker is None and not self._in_head and self.tunnel_sink is None:
-            self.close()
+    def _ensure_timer(self) -> None:
+        if self._timer is None and not self.closed:
+            self._schedule(self._loop.time())
 
-    def _cancel_timers(self) -> None:
-        for timer in (self._head_timer, self._idle_timer):
-            if timer is not None:
-                timer.cancel()
-        self._head_timer = self._idle_timer = None
+    def _schedule(self, now: float) -> None:
+        # Never sleep longer than the shorter timeout, so a head that starts while the timer
+        # waits out an idle period is still caught within twice the header timeout.
+        tick = min(self._config.header_timeout, self._config.idle_timeout)
+        limit = self._config.header_timeout if self._in_head else self._config.idle_timeout
+        when = min(self._mark + limit, now + tick)
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """Act on the deadline that applies now, or look again later."""
+        self._timer = None
+        if self.closed or self.tunnel_sink is not None:
+            return
+        now = self._loop.time()
+        if self._in_head:
+            if now >= self._mark + self._config.header_timeout:
+                self._reject(RequestError(408, "the request head took too long"))
+                return
+        elif self._worker is None and not self._queue:
+            if now >= self._mark + self._config.idle_timeout:
+                self.close()
+                return
+        else:
+            self._mark = now  # busy answering: idle time starts after the answer
+        self._schedule(now)
 
     def _stop_reading(self) -> None:
         self._stopped_reading = True
         self._in_head = False
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
 
     def _pause_reading(self) -> None:
         if not self._reading_paused and self.transport is not None and not self.closed:

@@ -20,7 +20,7 @@ from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.headers import Headers
 from harvest_cache.http.policy import request_directives, storable
 from harvest_cache.http.target import Target
-from harvest_cache.http.validation import conditional_headers, freshen
+from harvest_cache.http.validation import conditional_headers, freshen, is_not_modified_for
 from harvest_cache.http.vary import vary_key, vary_names
 from harvest_cache.server.flight import Flight, FlightHead, FlightReader
 from harvest_cache.server.request import Request
@@ -33,6 +33,10 @@ log = logging.getLogger("harvest_cache")
 
 # Unread bytes a flight holds for its slowest reader before the fetch waits.
 _WINDOW = 8 << 20
+
+
+class _Mismatch(Exception):
+    """A 304 whose validators do not select the stored response (RFC 9111 4.3.4)."""
 
 
 def variant_key(url: str, marker: VaryMarker, selecting: str) -> str:
@@ -114,7 +118,11 @@ class Fetcher:
         client_ip: str,
     ) -> None:
         try:
-            await self._fetch(flight, req, target, stored, client_ip)
+            try:
+                await self._fetch(flight, req, target, stored, client_ip)
+            except _Mismatch:
+                # The 304 was for some other response: ask again, unconditionally.
+                await self._fetch(flight, req, target, None, client_ip)
         except UpstreamError as e:
             flight.fail(e)
         except asyncio.CancelledError:
@@ -147,6 +155,9 @@ class Fetcher:
         response_time = time.time()
         try:
             await self._receive(flight, req, target, stored, exchange, request_time, response_time)
+        except _Mismatch:
+            exchange.release()
+            raise
         except BaseException:
             exchange.abort()
             raise
@@ -164,7 +175,10 @@ class Fetcher:
     ) -> None:
         head = exchange.head
         headers = forwarding.end_to_end(head.headers)
+        forwarding.ensure_date(headers, response_time)
         if stored is not None and head.status == 304:
+            if not is_not_modified_for(stored, headers):
+                raise _Mismatch
             fresh = freshen(stored, headers, request_time, response_time)
             await self._store.update_head(flight.key, fresh)
             await exchange.read()  # a 304 has no body; this just completes the exchange

@@ -27,10 +27,12 @@ from harvest_cache.http.policy import (
 )
 from harvest_cache.http.target import Target, parse_absolute
 from harvest_cache.http.vary import vary_key, vary_names
+from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head, line_tail
 from harvest_cache.server.acl import Access
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.fetch import Fetcher, content_length, upstream_headers, variant_key
 from harvest_cache.server.flight import FlightHead
+from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
 from harvest_cache.server.reply import ClientGone, Reply, send_simple
 from harvest_cache.server.request import Request
 from harvest_cache.server.transaction import Transaction
@@ -39,8 +41,6 @@ from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import ObjectStore, StoredObject
 from harvest_cache.upstream.client import OutgoingRequest, send
 from harvest_cache.upstream.pool import Pool
-
-Recorder = Callable[[Transaction], None]
 
 _REASONS = {
     400: "Bad Request",
@@ -64,21 +64,56 @@ class Proxy:
         name: str,
         store: ObjectStore,
         pool: Pool,
-        record: Recorder,
+        access_log: AccessLog,
         spawn: Callable[..., asyncio.Task[None]],
     ) -> None:
         self._config = config
         self.name = name
         self._store = store
         self._pool = pool
-        self._record = record
+        self._log = access_log
         self._access = Access(config.access)
         self._heuristic = Heuristic(
             config.cache.heuristic_percent, config.cache.heuristic_max_seconds
         )
         self._fetcher = Fetcher(config, name, store, pool, spawn)
+        self._hot = HotIndex(store, name)
 
-    # -- entry point -----------------------------------------------------------------------
+    # -- entry points ----------------------------------------------------------------------
+
+    def serve_fast(
+        self, conn: ClientConnection, method: bytes, target: bytes, version: str, keep_alive: bool
+    ) -> bool:
+        now = time.time()
+        entry = self._hot.lookup(target, now)
+        if entry is None or not self._access.client_allowed(conn.client_ip):
+            return False
+        head_only = method == b"HEAD"
+        data = self._hot.response(entry, now, head_only, not keep_alive, version == "1.0")
+        conn.write(data)
+        if self._log.enabled:
+            status = entry.obj.head.status
+            head = line_head(now, 0, conn.client_bytes, b"TCP_MEM_HIT", status, len(data), False)
+            self._log.write(head + (entry.head_tail if head_only else entry.get_tail))
+        return True
+
+    def _record(self, tx: Transaction) -> None:
+        if not self._log.enabled:
+            return
+        elapsed = round((asyncio.get_running_loop().time() - tx.started) * 1000)
+        head = line_head(
+            time.time(),
+            elapsed,
+            tx.client.encode(),
+            tx.result.encode(),
+            tx.status,
+            tx.bytes_sent,
+            tx.aborted,
+        )
+        hierarchy = Hierarchy(tx.hierarchy)
+        self._log.write(
+            head + line_tail(tx.method, tx.url, hierarchy, tx.peer, None, tx.content_type)
+        )
 
     async def handle(self, req: Request, conn: ClientConnection) -> None:
         tx = Transaction(req.wall, req.started, conn.client_ip, req.method, req.target)
@@ -206,9 +241,14 @@ class Proxy:
             if isinstance(found, VaryMarker):
                 found = None
         if found is not None and not cc.no_cache:
-            reuse = evaluate(found.head, cc, time.time(), self._heuristic)
+            now = time.time()
+            reuse = evaluate(found.head, cc, now, self._heuristic)
             if isinstance(reuse, Fresh):
                 tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"
+                if found.tier == "memory" and key == url and _plain(req):
+                    self._hot.add(
+                        req.target.encode("latin-1"), key, found, reuse.age, reuse.ttl, now
+                    )
                 await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit")
                 return
         if cc.only_if_cached:
@@ -351,6 +391,7 @@ class Proxy:
         try:
             head = exchange.head
             response_headers = forwarding.end_to_end(head.headers)
+            forwarding.ensure_date(response_headers, time.time())
             if invalidates(req.method, head.status):
                 for url in invalidated_urls(target.url, response_headers):
                     await self._store.delete(url)
@@ -367,6 +408,15 @@ class Proxy:
             exchange.abort()
             raise
         exchange.release()
+
+
+def _plain(req: Request) -> bool:
+    """Whether the fast path would have taken this request (so it may take the next one)."""
+    return (
+        req.method == "GET"
+        and req.body is None
+        and not any(n.lower().encode("latin-1") in SLOW_FIELDS for n, _ in req.headers)
+    )
 
 
 def _uncollapsible(headers: Headers) -> bool:

@@ -1,0 +1,122 @@
+"""The hit fast path: fresh memory-tier objects answered straight from the parser callback.
+
+Plain GETs (no Cache-Control, conditionals, Range, credentials or Via) for an object already
+served once as a memory hit are answered from a response head prepared at that time, with
+only Age and Cache-Status written per request. An entry stays valid while the memory tier
+still holds that very object (an identity check), so replacement, revalidation, invalidation
+and eviction all retire it without any hook; its freshness deadline is fixed when it is made
+(a response's remaining time to live falls one second per second).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harvest_cache.http.forwarding import add_via, response_head
+from harvest_cache.http.headers import Headers
+from harvest_cache.server.accesslog import line_tail
+from harvest_cache.store.interface import ObjectStore, StoredObject
+
+# Request fields that call for the full policy, or announce a body: any of them sends a
+# request down the slow path.
+SLOW_FIELDS = frozenset(
+    {
+        b"cache-control",
+        b"pragma",
+        b"if-match",
+        b"if-none-match",
+        b"if-modified-since",
+        b"if-unmodified-since",
+        b"if-range",
+        b"range",
+        b"authorization",
+        b"proxy-authorization",
+        b"via",
+        b"max-forwards",
+        b"content-length",
+        b"transfer-encoding",
+    }
+)
+_MAX_ENTRIES = 4096
+
+
+@dataclass(slots=True)
+class HotEntry:
+    key: str
+    obj: StoredObject
+    prefix: bytes  # status line and stored fields with Via, without Age and Cache-Status
+    expires_at: float  # wall clock: fresh until then
+    received_at: float  # wall clock at which the response's age was zero
+    get_tail: bytes  # the access-log line's fields after the size, for GET and for HEAD
+    head_tail: bytes
+
+
+class HotIndex:
+    """Raw request targets of recent memory hits, with their prepared heads."""
+
+    def __init__(self, store: ObjectStore, name: str) -> None:
+        self._store = store
+        self._name = name
+        self._entries: dict[bytes, HotEntry] = {}
+        self._status_hit = f"Cache-Status: {name}; hit; ttl=".encode("latin-1")
+
+    def add(
+        self,
+        target: bytes,
+        key: str,
+        obj: StoredObject,
+        age: float,
+        ttl: float,
+        now: float,
+    ) -> None:
+        if not isinstance(obj.body, bytes) or ttl < 1:
+            return
+        headers = Headers(obj.head.headers)
+        headers.remove("Age", "Cache-Status", "Content-Length", "Connection")
+        add_via(headers, "1.1", self._name)
+        headers.add("Content-Length", str(len(obj.body)))
+        prefix = response_head(obj.head.status, obj.head.reason, headers)[:-2]
+        if len(self._entries) >= _MAX_ENTRIES:
+            # Forget the oldest; entries are cheap to remake on the next memory hit.
+            del self._entries[next(iter(self._entries))]
+        content_type = headers.get("Content-Type")
+        self._entries[target] = HotEntry(
+            key,
+            obj,
+            prefix,
+            now + ttl,
+            now - age,
+            line_tail("GET", key, content_type=content_type),
+            line_tail("HEAD", key, content_type=content_type),
+        )
+
+    def lookup(self, target: bytes, now: float) -> HotEntry | None:
+        entry = self._entries.get(target)
+        if entry is None:
+            return None
+        if now >= entry.expires_at or self._store.get_memory(entry.key) is not entry.obj:
+            del self._entries[target]
+            return None
+        return entry
+
+    def response(
+        self, entry: HotEntry, now: float, head_only: bool, close: bool, http10: bool
+    ) -> bytes:
+        """The full response bytes for one hit."""
+        if close:
+            tail = b"Connection: close\r\n\r\n"
+        else:
+            tail = b"Connection: keep-alive\r\n\r\n" if http10 else b"\r\n"
+        head = b"%bAge: %d\r\n%b%d\r\n%b" % (
+            entry.prefix,
+            int(now - entry.received_at),
+            self._status_hit,
+            int(entry.expires_at - now),
+            tail,
+        )
+        body = entry.obj.body
+        assert isinstance(body, bytes)
+        return head if head_only else head + body
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,685 @@
+"""The cache end to end: what is stored, for how long, how it is reused and revalidated.
+
+Each test scripts a loopback origin and talks to a real cache through aiohttp; the origin's
+hit counts show what reached it, Cache-Status (RFC 9211) and the access log what the cache did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp import web
+
+from harvest_cache.server.app import CacheServer
+from tests.support import (
+    Handler,
+    LogLine,
+    Origin,
+    ProxyClient,
+    http_date,
+    our_cache_status,
+    proxy_client,
+    stop_and_read_log,
+)
+
+MakeCache = Callable[..., Awaitable[CacheServer]]
+
+
+def static(body: bytes, headers: dict[str, str] | None = None, status: int = 200) -> Handler:
+    """A handler answering every request with the same response."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=status, body=body, headers=headers or {})
+
+    return handler
+
+
+def counting(headers: dict[str, str]) -> Handler:
+    """A handler whose body names the request number for its path: b"v1", b"v2", ..."""
+    calls = 0
+
+    async def handler(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        return web.Response(body=b"v%d" % calls, headers=headers)
+
+    return handler
+
+
+def results_for(lines: list[LogLine], url: str) -> list[str]:
+    return [line.result for line in lines if line.url == url]
+
+
+def pattern(n: int, seed: str) -> bytes:
+    block = hashlib.sha256(seed.encode()).digest()
+    return (block * (n // len(block) + 1))[:n]
+
+
+# -- miss, hit, tiers ------------------------------------------------------------------------
+
+
+async def test_miss_then_hit_with_age_and_cache_status(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/a", static(b"hello", {"Cache-Control": "max-age=60"}))
+    first, body = await client.get(origin.url("/a"))
+    assert (first.status, body) == (200, b"hello")
+    assert "Age" not in first.headers or int(first.headers["Age"]) <= 1
+    second, body = await client.get(origin.url("/a"))
+    assert (second.status, body) == (200, b"hello")
+    assert second.headers["Cache-Status"].startswith("test-cache; hit")
+    assert second.headers["Age"].isdigit()
+    assert int(second.headers["Age"]) <= 1
+    assert origin.hits["/a"] == 1
+
+
+async def test_memory_hit_and_disk_hit(origin: Origin, make_cache: MakeCache) -> None:
+    cache = await make_cache(cache={"memory_max_object_kb": 64})
+    small, large = pattern(1000, "small"), pattern(200 * 1024, "large")
+    origin.route("/small", static(small, {"Cache-Control": "max-age=60"}))
+    origin.route("/large", static(large, {"Cache-Control": "max-age=60"}))
+    async with proxy_client(cache) as client:
+        for path, data in (("/small", small), ("/large", large)):
+            for _ in range(2):
+                resp, body = await client.get(origin.url(path))
+                assert resp.status == 200
+                assert body == data
+    assert origin.hits["/small"] == origin.hits["/large"] == 1
+    lines = await stop_and_read_log(cache)
+    assert results_for(lines, origin.url("/small")) == ["TCP_MISS", "TCP_MEM_HIT"]
+    # Above memory_max_object_kb: stored on disk only, so the hit is a disk hit.
+    assert results_for(lines, origin.url("/large")) == ["TCP_MISS", "TCP_HIT"]
+
+
+async def test_twenty_mib_object_read_back_from_disk_intact(
+    origin: Origin, client: ProxyClient, cache: CacheServer
+) -> None:
+    data = pattern(20 * 1024 * 1024, "twenty")
+    origin.route("/big", static(data, {"Cache-Control": "max-age=60"}))
+    resp, body = await client.get(origin.url("/big"))
+    assert resp.status == 200
+    assert hashlib.sha256(body).digest() == hashlib.sha256(data).digest()
+    resp, body = await client.get(origin.url("/big"))
+    assert resp.status == 200
+    assert resp.headers["Content-Length"] == str(len(data))
+    assert len(body) == len(data)
+    assert hashlib.sha256(body).digest() == hashlib.sha256(data).digest()
+    assert our_cache_status(resp).get("hit") is True
+    assert origin.hits["/big"] == 1
+    lines = await stop_and_read_log(cache)
+    assert results_for(lines, origin.url("/big")) == ["TCP_MISS", "TCP_HIT"]
+
+
+async def test_head_served_from_stored_get(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/h", static(b"0123456789", {"Cache-Control": "max-age=60", "ETag": '"h1"'}))
+    await client.get(origin.url("/h"))
+    resp, body = await client.request("HEAD", origin.url("/h"))
+    assert resp.status == 200
+    assert body == b""
+    assert resp.headers["Content-Length"] == "10"
+    assert resp.headers["ETag"] == '"h1"'
+    assert our_cache_status(resp).get("hit") is True
+    assert origin.hits["/h"] == 1
+
+
+# -- what may be stored ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cache_control", ["no-store", "private", "max-age=60, no-store", "max-age=60, private"]
+)
+async def test_no_store_and_private_responses_are_not_stored(
+    origin: Origin, client: ProxyClient, cache_control: str
+) -> None:
+    origin.route("/p", counting({"Cache-Control": cache_control}))
+    _, first = await client.get(origin.url("/p"))
+    resp, second = await client.get(origin.url("/p"))
+    assert (first, second) == (b"v1", b"v2")
+    assert origin.hits["/p"] == 2
+    assert "stored" not in our_cache_status(resp)
+
+
+async def test_request_no_store_is_not_stored(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/rns", counting({"Cache-Control": "max-age=60"}))
+    await client.get(origin.url("/rns"), headers={"Cache-Control": "no-store"})
+    _, body = await client.get(origin.url("/rns"))
+    assert body == b"v2"
+    assert origin.hits["/rns"] == 2
+
+
+async def test_authorization_response_not_stored_without_public_or_s_maxage(
+    origin: Origin, client: ProxyClient
+) -> None:
+    origin.route("/auth", counting({"Cache-Control": "max-age=60"}))
+    auth = {"Authorization": "Basic dXNlcjpwYXNz"}
+    _, first = await client.get(origin.url("/auth"), headers=auth)
+    _, second = await client.get(origin.url("/auth"), headers=auth)
+    _, third = await client.get(origin.url("/auth"))
+    assert (first, second, third) == (b"v1", b"v2", b"v3")
+    assert origin.hits["/auth"] == 3
+
+
+@pytest.mark.parametrize("cache_control", ["public, max-age=60", "s-maxage=60"])
+async def test_authorization_response_stored_when_public_or_s_maxage(
+    origin: Origin, client: ProxyClient, cache_control: str
+) -> None:
+    """RFC 9111 3.5: public or s-maxage lets a shared cache store a response to a request
+    with Authorization, and reuse it."""
+    origin.route("/authpub", counting({"Cache-Control": cache_control}))
+    auth = {"Authorization": "Basic dXNlcjpwYXNz"}
+    _, first = await client.get(origin.url("/authpub"), headers=auth)
+    resp, second = await client.get(origin.url("/authpub"), headers=auth)
+    assert (first, second) == (b"v1", b"v1")
+    assert our_cache_status(resp).get("hit") is True
+    assert origin.hits["/authpub"] == 1
+
+
+async def test_vary_star_is_never_stored(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/star", counting({"Cache-Control": "max-age=60", "Vary": "*"}))
+    _, first = await client.get(origin.url("/star"))
+    _, second = await client.get(origin.url("/star"))
+    assert (first, second) == (b"v1", b"v2")
+    assert origin.hits["/star"] == 2
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+async def test_responses_to_other_methods_are_never_stored(
+    origin: Origin, client: ProxyClient, method: str
+) -> None:
+    origin.route("/m", counting({"Cache-Control": "public, max-age=60"}))
+    resp1, first = await client.request(method, origin.url("/m"), data=b"x")
+    _, second = await client.request(method, origin.url("/m"), data=b"x")
+    assert (first, second) == (b"v1", b"v2")
+    assert "stored" not in our_cache_status(resp1)
+    # A GET afterwards is not answered with either response.
+    _, third = await client.get(origin.url("/m"))
+    assert third == b"v3"
+    assert origin.hits["/m"] == 3
+
+
+async def test_head_response_is_not_stored_as_a_get(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/hd", counting({"Cache-Control": "max-age=60"}))
+    head, _ = await client.request("HEAD", origin.url("/hd"))
+    assert head.status == 200
+    _, body = await client.get(origin.url("/hd"))
+    assert body == b"v2"
+    assert origin.hits["/hd"] == 2
+
+
+# -- freshness -------------------------------------------------------------------------------
+
+
+async def hit_ttl(client: ProxyClient, url: str) -> int:
+    """Fetch ``url`` twice; the second must be a hit: return its Cache-Status ttl."""
+    await client.get(url)
+    resp, _ = await client.get(url)
+    params = our_cache_status(resp)
+    assert params.get("hit") is True, resp.headers["Cache-Status"]
+    ttl = params["ttl"]
+    assert isinstance(ttl, str)
+    return int(ttl)
+
+
+async def test_s_maxage_wins_over_max_age_and_expires(origin: Origin, client: ProxyClient) -> None:
+    now = time.time()
+    headers = {
+        "Cache-Control": "max-age=10, s-maxage=100",
+        "Date": http_date(now),
+        "Expires": http_date(now + 1000),
+    }
+    origin.route("/s", static(b"s", headers))
+    assert 97 <= await hit_ttl(client, origin.url("/s")) <= 100
+
+
+async def test_max_age_wins_over_expires(origin: Origin, client: ProxyClient) -> None:
+    now = time.time()
+    headers = {
+        "Cache-Control": "max-age=200",
+        "Date": http_date(now),
+        "Expires": http_date(now + 1000),
+    }
+    origin.route("/m", static(b"m", headers))
+    assert 197 <= await hit_ttl(client, origin.url("/m")) <= 200
+
+
+async def test_max_age_wins_over_expires_in_the_past(origin: Origin, client: ProxyClient) -> None:
+    now = time.time()
+    headers = {
+        "Cache-Control": "max-age=60",
+        "Date": http_date(now),
+        "Expires": http_date(now - 10),
+    }
+    origin.route("/mp", static(b"m", headers))
+    assert 57 <= await hit_ttl(client, origin.url("/mp")) <= 60
+    assert origin.hits["/mp"] == 1
+
+
+async def test_s_maxage_zero_wins_over_max_age(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/s0", counting({"Cache-Control": "max-age=600, s-maxage=0"}))
+    _, first = await client.get(origin.url("/s0"))
+    _, second = await client.get(origin.url("/s0"))
+    assert (first, second) == (b"v1", b"v2")
+    assert origin.hits["/s0"] == 2
+
+
+async def test_expires_gives_freshness(origin: Origin, client: ProxyClient) -> None:
+    now = time.time()
+    origin.route("/e", static(b"e", {"Date": http_date(now), "Expires": http_date(now + 300)}))
+    assert 297 <= await hit_ttl(client, origin.url("/e")) <= 300
+
+
+async def test_expires_in_the_past_is_stale(origin: Origin, client: ProxyClient) -> None:
+    now = time.time()
+    headers = {"Date": http_date(now), "Expires": http_date(now - 60), "ETag": '"e"'}
+    origin.route("/ep", counting(headers))
+    await client.get(origin.url("/ep"))
+    _, body = await client.get(origin.url("/ep"))
+    assert body == b"v2"
+    assert origin.hits["/ep"] == 2
+
+
+async def test_last_modified_heuristic_is_ten_percent(origin: Origin, client: ProxyClient) -> None:
+    now = time.time()
+    headers = {"Date": http_date(now), "Last-Modified": http_date(now - 1000)}
+    origin.route("/lm", static(b"lm", headers))
+    assert 97 <= await hit_ttl(client, origin.url("/lm")) <= 100
+    assert origin.hits["/lm"] == 1
+
+
+async def test_last_modified_heuristic_is_capped(origin: Origin, make_cache: MakeCache) -> None:
+    cache = await make_cache(cache={"heuristic_max_seconds": 30})
+    now = time.time()
+    headers = {"Date": http_date(now), "Last-Modified": http_date(now - 100_000)}
+    origin.route("/cap", static(b"cap", headers))
+    async with proxy_client(cache) as client:
+        assert 27 <= await hit_ttl(client, origin.url("/cap")) <= 30
+
+
+async def test_response_stale_on_arrival_is_not_served_from_cache(
+    origin: Origin, client: ProxyClient
+) -> None:
+    # Date 100 s ago with max-age=60: already 40 s stale when it arrives.
+    headers = {"Cache-Control": "max-age=60", "Date": http_date(time.time() - 100)}
+    origin.route("/old", counting(headers))
+    _, first = await client.get(origin.url("/old"))
+    _, second = await client.get(origin.url("/old"))
+    assert (first, second) == (b"v1", b"v2")
+    assert origin.hits["/old"] == 2
+
+
+async def test_age_on_reuse_counts_the_origin_age(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/age", static(b"a", {"Cache-Control": "max-age=600", "Age": "30"}))
+    await client.get(origin.url("/age"))
+    resp, _ = await client.get(origin.url("/age"))
+    assert our_cache_status(resp).get("hit") is True
+    assert 30 <= int(resp.headers["Age"]) <= 32
+
+
+async def test_age_on_reuse_counts_the_date(origin: Origin, client: ProxyClient) -> None:
+    headers = {"Cache-Control": "max-age=600", "Date": http_date(time.time() - 20)}
+    origin.route("/aged", static(b"a", headers))
+    await client.get(origin.url("/aged"))
+    resp, _ = await client.get(origin.url("/aged"))
+    assert our_cache_status(resp).get("hit") is True
+    assert 19 <= int(resp.headers["Age"]) <= 22
+
+
+# -- revalidation ----------------------------------------------------------------------------
+
+
+def etag_origin(body: bytes, etag: str, refreshed_cc: str = "max-age=60") -> Handler:
+    """Stale at once (max-age=0) with ``etag``; a matching If-None-Match gets a 304."""
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304, headers={"ETag": etag, "Cache-Control": refreshed_cc})
+        return web.Response(body=body, headers={"ETag": etag, "Cache-Control": "max-age=0"})
+
+    return handler
+
+
+async def test_stale_revalidated_with_if_none_match(
+    origin: Origin, client: ProxyClient, cache: CacheServer
+) -> None:
+    url = origin.url("/etag")
+    origin.route("/etag", etag_origin(b"stored body", '"v1"'))
+    await client.get(url)
+    resp, body = await client.get(url)
+    assert origin.requests[1].headers.get("If-None-Match") == '"v1"'
+    assert resp.status == 200
+    assert body == b"stored body"
+    params = our_cache_status(resp)
+    assert params.get("fwd") == "stale"
+    assert params.get("fwd-status") == "304"
+    # The 304's max-age=60 now applies to the stored response.
+    resp, body = await client.get(url)
+    assert body == b"stored body"
+    assert our_cache_status(resp).get("hit") is True
+    assert origin.hits["/etag"] == 2
+    lines = await stop_and_read_log(cache)
+    assert results_for(lines, url) == ["TCP_MISS", "TCP_REFRESH_UNMODIFIED", "TCP_MEM_HIT"]
+    assert [line.status for line in lines if line.url == url] == [200, 200, 200]
+
+
+async def test_stale_revalidated_with_if_modified_since(
+    origin: Origin, client: ProxyClient, cache: CacheServer
+) -> None:
+    url = origin.url("/ims")
+    modified = http_date(time.time() - 3600)
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.headers.get("If-Modified-Since") == modified:
+            return web.Response(status=304, headers={"Cache-Control": "max-age=60"})
+        return web.Response(
+            body=b"ims body", headers={"Last-Modified": modified, "Cache-Control": "max-age=0"}
+        )
+
+    origin.route("/ims", handler)
+    await client.get(url)
+    resp, body = await client.get(url)
+    assert origin.requests[1].headers.get("If-Modified-Since") == modified
+    assert "If-None-Match" not in origin.requests[1].headers
+    assert (resp.status, body) == (200, b"ims body")
+    _, body = await client.get(url)
+    assert body == b"ims body"
+    assert origin.hits["/ims"] == 2
+    lines = await stop_and_read_log(cache)
+    assert results_for(lines, url)[:2] == ["TCP_MISS", "TCP_REFRESH_UNMODIFIED"]
+
+
+async def test_revalidation_answered_200_replaces_stored_response(
+    origin: Origin, client: ProxyClient, cache: CacheServer
+) -> None:
+    url = origin.url("/mod")
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.headers.get("If-None-Match") == '"old"':
+            return web.Response(
+                body=b"new body", headers={"ETag": '"new"', "Cache-Control": "max-age=60"}
+            )
+        return web.Response(
+            body=b"old body", headers={"ETag": '"old"', "Cache-Control": "max-age=0"}
+        )
+
+    origin.route("/mod", handler)
+    _, first = await client.get(url)
+    resp, second = await client.get(url)
+    assert (first, second) == (b"old body", b"new body")
+    assert resp.headers["ETag"] == '"new"'
+    params = our_cache_status(resp)
+    assert (params.get("fwd"), params.get("fwd-status"), params.get("stored")) == (
+        "stale",
+        "200",
+        True,
+    )
+    resp, third = await client.get(url)
+    assert third == b"new body"
+    assert our_cache_status(resp).get("hit") is True
+    assert origin.hits["/mod"] == 2
+    lines = await stop_and_read_log(cache)
+    assert results_for(lines, url) == ["TCP_MISS", "TCP_REFRESH_MODIFIED", "TCP_MEM_HIT"]
+
+
+async def test_response_no_cache_with_validator_is_revalidated_on_each_use(
+    origin: Origin, client: ProxyClient
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        headers = {"ETag": '"nc1"', "Cache-Control": "no-cache"}
+        if request.headers.get("If-None-Match") == '"nc1"':
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=b"revalidate me", headers=headers)
+
+    origin.route("/rnc", handler)
+    for _ in range(3):
+        resp, body = await client.get(origin.url("/rnc"))
+        assert (resp.status, body) == (200, b"revalidate me")
+    assert origin.hits["/rnc"] == 3
+    assert [r.headers.get("If-None-Match") for r in origin.requests] == [None, '"nc1"', '"nc1"']
+
+
+async def test_stale_variant_revalidated_with_its_own_etag(
+    origin: Origin, client: ProxyClient
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        lang = request.headers.get("Accept-Language", "none")
+        etag = f'"{lang}"'
+        headers = {"ETag": etag, "Vary": "Accept-Language", "Cache-Control": "max-age=0"}
+        if request.headers.get("If-None-Match") == etag:
+            headers["Cache-Control"] = "max-age=60"
+            return web.Response(status=304, headers=headers)
+        return web.Response(text=f"body in {lang}", headers=headers)
+
+    origin.route("/vr", handler)
+    url = origin.url("/vr")
+    for lang in ("en", "fr"):
+        await client.get(url, headers={"Accept-Language": lang})
+    for lang in ("fr", "en"):
+        resp, body = await client.get(url, headers={"Accept-Language": lang})
+        assert body == f"body in {lang}".encode()
+        assert our_cache_status(resp).get("fwd-status") == "304"
+    for lang in ("en", "fr"):
+        resp, body = await client.get(url, headers={"Accept-Language": lang})
+        assert body == f"body in {lang}".encode()
+        assert our_cache_status(resp).get("hit") is True
+    sent = [r.headers.get("If-None-Match") for r in origin.requests]
+    assert sent == [None, None, '"fr"', '"en"']
+
+
+async def test_revalidation_answered_no_store_removes_stored_response(
+    origin: Origin, client: ProxyClient
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        if request.headers.get("If-None-Match") == '"gone"':
+            return web.Response(body=b"private now", headers={"Cache-Control": "no-store"})
+        return web.Response(body=b"first", headers={"ETag": '"gone"', "Cache-Control": "max-age=0"})
+
+    origin.route("/ns", handler)
+    url = origin.url("/ns")
+    await client.get(url)
+    _, body = await client.get(url)
+    assert body == b"private now"
+    # Nothing is stored now: the next request is a plain miss, not a revalidation.
+    _, body = await client.get(url)
+    assert body == b"first"
+    assert [r.headers.get("If-None-Match") for r in origin.requests] == [None, '"gone"', None]
+
+
+async def test_only_if_cached_with_stale_entry_gives_504(
+    origin: Origin, client: ProxyClient
+) -> None:
+    origin.route("/oics", etag_origin(b"stale", '"s1"'))
+    await client.get(origin.url("/oics"))
+    resp, _ = await client.get(origin.url("/oics"), headers={"Cache-Control": "only-if-cached"})
+    assert resp.status == 504
+    assert origin.hits["/oics"] == 1
+
+
+@pytest.mark.parametrize(
+    "request_headers", [{"Cache-Control": "no-cache"}, {"Pragma": "no-cache"}], ids=["cc", "pragma"]
+)
+async def test_client_no_cache_forces_an_origin_fetch(
+    origin: Origin, client: ProxyClient, cache: CacheServer, request_headers: dict[str, str]
+) -> None:
+    url = origin.url("/nc")
+    origin.route("/nc", counting({"Cache-Control": "max-age=60"}))
+    await client.get(url)
+    resp, body = await client.get(url, headers=request_headers)
+    assert body == b"v2"
+    assert our_cache_status(resp).get("fwd") == "request"
+    # The refetched response replaced the stored one.
+    resp, body = await client.get(url)
+    assert body == b"v2"
+    assert our_cache_status(resp).get("hit") is True
+    assert origin.hits["/nc"] == 2
+    lines = await stop_and_read_log(cache)
+    assert results_for(lines, url) == ["TCP_MISS", "TCP_CLIENT_REFRESH_MISS", "TCP_MEM_HIT"]
+
+
+async def test_only_if_cached_miss_gives_504(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/oic", static(b"x", {"Cache-Control": "max-age=60"}))
+    resp, _ = await client.get(origin.url("/oic"), headers={"Cache-Control": "only-if-cached"})
+    assert resp.status == 504
+    assert origin.hits["/oic"] == 0
+    await client.get(origin.url("/oic"))
+    resp, body = await client.get(origin.url("/oic"), headers={"Cache-Control": "only-if-cached"})
+    assert (resp.status, body) == (200, b"x")
+    assert origin.hits["/oic"] == 1
+
+
+async def test_client_if_none_match_answered_304_by_the_cache(
+    origin: Origin, client: ProxyClient
+) -> None:
+    origin.route("/cond", static(b"conditional", {"Cache-Control": "max-age=60", "ETag": '"c1"'}))
+    await client.get(origin.url("/cond"))
+    resp, body = await client.get(origin.url("/cond"), headers={"If-None-Match": '"c1"'})
+    assert resp.status == 304
+    assert body == b""
+    assert resp.headers["ETag"] == '"c1"'
+    assert our_cache_status(resp).get("hit") is True
+    resp, body = await client.get(origin.url("/cond"), headers={"If-None-Match": '"other"'})
+    assert (resp.status, body) == (200, b"conditional")
+    assert origin.hits["/cond"] == 1
+
+
+async def test_client_if_modified_since_answered_304_by_the_cache(
+    origin: Origin, client: ProxyClient
+) -> None:
+    now = time.time()
+    headers = {"Cache-Control": "max-age=60", "Last-Modified": http_date(now - 3600)}
+    origin.route("/condlm", static(b"lm", headers))
+    await client.get(origin.url("/condlm"))
+    resp, _ = await client.get(origin.url("/condlm"), headers={"If-Modified-Since": http_date(now)})
+    assert resp.status == 304
+    early = http_date(now - 7200)
+    resp, body = await client.get(origin.url("/condlm"), headers={"If-Modified-Since": early})
+    assert (resp.status, body) == (200, b"lm")
+    assert origin.hits["/condlm"] == 1
+
+
+# -- Vary ------------------------------------------------------------------------------------
+
+
+async def language_handler(request: web.Request) -> web.Response:
+    lang = request.headers.get("Accept-Language", "none")
+    return web.Response(
+        text=f"body in {lang}",
+        headers={"Cache-Control": "max-age=60", "Vary": "Accept-Language"},
+    )
+
+
+async def test_vary_stores_several_variants_per_url(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/v", language_handler)
+    url = origin.url("/v")
+    for lang in ("en", "fr"):
+        resp, body = await client.get(url, headers={"Accept-Language": lang})
+        assert body == f"body in {lang}".encode()
+    assert origin.hits["/v"] == 2
+    for lang in ("en", "fr", "en", "fr"):
+        resp, body = await client.get(url, headers={"Accept-Language": lang})
+        assert body == f"body in {lang}".encode()
+        assert our_cache_status(resp).get("hit") is True
+    assert origin.hits["/v"] == 2
+    resp, body = await client.get(url, headers={"Accept-Language": "de"})
+    assert body == b"body in de"
+    assert "hit" not in our_cache_status(resp)
+    assert origin.hits["/v"] == 3
+    # A request without the field matches none of them.
+    _, body = await client.get(url)
+    assert body == b"body in none"
+    assert origin.hits["/v"] == 4
+
+
+# -- invalidation ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+async def test_unsafe_method_invalidates_stored_response(
+    origin: Origin, client: ProxyClient, method: str
+) -> None:
+    origin.route("/inv", counting({"Cache-Control": "max-age=60"}))
+    url = origin.url("/inv")
+    await client.get(url)
+    _, body = await client.get(url)
+    assert body == b"v1"
+    resp, _ = await client.request(method, url, data=b"change")
+    assert resp.status == 200
+    _, body = await client.get(url)
+    assert body == b"v3"
+    assert [r.method for r in origin.requests] == ["GET", method, "GET"]
+
+
+async def test_unsafe_method_invalidates_every_variant(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/iv", language_handler)
+    url = origin.url("/iv")
+    for lang in ("en", "fr"):
+        await client.get(url, headers={"Accept-Language": lang})
+    await client.request("POST", url, data=b"x")
+    for lang in ("en", "fr"):
+        resp, _ = await client.get(url, headers={"Accept-Language": lang})
+        assert "hit" not in our_cache_status(resp)
+    assert [r.method for r in origin.requests] == ["GET", "GET", "POST", "GET", "GET"]
+
+
+async def test_unsafe_method_invalidates_location_and_content_location(
+    origin: Origin, client: ProxyClient
+) -> None:
+    async def form(request: web.Request) -> web.Response:
+        return web.Response(
+            status=201,
+            text="created",
+            headers={"Location": "/made", "Content-Location": origin.url("/summary")},
+        )
+
+    origin.route("/form", form)
+    origin.route("/made", counting({"Cache-Control": "max-age=60"}))
+    origin.route("/summary", counting({"Cache-Control": "max-age=60"}))
+    for path in ("/made", "/summary"):
+        await client.get(origin.url(path))
+        await client.get(origin.url(path))
+    assert origin.hits["/made"] == origin.hits["/summary"] == 1
+    resp, _ = await client.request("POST", origin.url("/form"), data=b"x")
+    assert resp.status == 201
+    for path in ("/made", "/summary"):
+        _, body = await client.get(origin.url(path))
+        assert body == b"v2"
+
+
+async def test_failed_unsafe_method_does_not_invalidate(
+    origin: Origin, client: ProxyClient
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        if request.method == "POST":
+            return web.Response(status=500, text="failed")
+        return web.Response(text="kept", headers={"Cache-Control": "max-age=60"})
+
+    origin.route("/keep", handler)
+    await client.get(origin.url("/keep"))
+    resp, _ = await client.request("POST", origin.url("/keep"), data=b"x")
+    assert resp.status == 500
+    resp, body = await client.get(origin.url("/keep"))
+    assert body == b"kept"
+    assert our_cache_status(resp).get("hit") is True
+
+
+# -- Cache-Status ----------------------------------------------------------------------------
+
+
+async def test_cache_status_values(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/cs", static(b"cs", {"Cache-Control": "max-age=60"}))
+    origin.route("/cs-no", static(b"no", {"Cache-Control": "no-store"}))
+    resp, _ = await client.get(origin.url("/cs"))
+    assert our_cache_status(resp) == {"fwd": "uri-miss", "fwd-status": "200", "stored": True}
+    resp, _ = await client.get(origin.url("/cs"))
+    params = our_cache_status(resp)
+    assert set(params) == {"hit", "ttl"}
+    assert params["hit"] is True
+    assert 57 <= int(str(params["ttl"])) <= 60
+    resp, _ = await client.get(origin.url("/cs-no"))
+    assert our_cache_status(resp) == {"fwd": "uri-miss", "fwd-status": "200"}
+    resp, _ = await client.request("POST", origin.url("/cs"), data=b"x")
+    assert our_cache_status(resp) == {"fwd": "method", "fwd-status": "200"}
+    resp, _ = await client.get(origin.url("/missing"))
+    assert resp.status == 404
+    params = our_cache_status(resp)
+    assert (params.get("fwd"), params.get("fwd-status")) == ("uri-miss", "404")
