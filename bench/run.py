@@ -171,13 +171,16 @@ def cpu_seconds(pgid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def core_ticks(core: str) -> tuple[int, int]:
-    """(user + nice + system, all but idle and iowait) clock ticks of one core so far."""
+def core_seconds() -> dict[str, tuple[float, float]]:
+    """Per core: (user + nice + system, steal) seconds so far, from /proc/stat."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith(f"cpu{core} "):
-            t = [int(x) for x in line.split()[1:]]
-            return t[0] + t[1] + t[2], sum(t) - t[3] - t[4]
-    return 0, 0
+        name, *rest = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            t = [int(x) for x in rest]
+            out[name[3:]] = ((t[0] + t[1] + t[2]) / tick, t[7] / tick)
+    return out
 
 
 def reset_peak_rss(pgid: int) -> bool:
@@ -598,7 +601,9 @@ class Run:
     proxy_cpu_percent: float
     client_cpu_percent: float
     origin_cpu_percent: float
-    others_core0_percent: float
+    others_core0_percent: float  # processes other than the proxy on its core
+    others_core1_percent: float  # processes other than wrk and the origin on theirs
+    steal_percent: float  # time the hypervisor took from both cores
 
 
 def run_wrk(
@@ -656,10 +661,17 @@ def to_run(
     cpu: float,
     client_cpu: float,
     origin_cpu: float,
-    core0_tasks: float = 0.0,
+    cores: tuple[dict[str, tuple[float, float]], dict[str, tuple[float, float]]] | None = None,
 ) -> Run:
     seconds = raw["duration_us"] / 1e6
     lat = raw["latency_us"]
+
+    def task(core: str) -> float:
+        return cores[1][core][0] - cores[0][core][0] if cores else 0.0
+
+    def steal(core: str) -> float:
+        return cores[1][core][1] - cores[0][core][1] if cores else 0.0
+
     return Run(
         requests=raw["requests"],
         seconds=round(seconds, 3),
@@ -672,7 +684,11 @@ def to_run(
         proxy_cpu_percent=round(100 * cpu / seconds, 1),
         client_cpu_percent=round(100 * client_cpu / seconds, 1),
         origin_cpu_percent=round(100 * origin_cpu / seconds, 1),
-        others_core0_percent=round(max(0.0, 100 * (core0_tasks - cpu) / seconds), 1),
+        others_core0_percent=round(max(0.0, 100 * (task(PROXY_CPU) - cpu) / seconds), 1),
+        others_core1_percent=round(
+            max(0.0, 100 * (task(CLIENT_CPU) - client_cpu - origin_cpu) / seconds), 1
+        ),
+        steal_percent=round(100 * sum(steal(c) for c in cores[1]) / seconds, 1) if cores else 0,
     )
 
 
@@ -715,11 +731,15 @@ def check(scn: Scenario, res: ScenarioResult, logged: bool) -> list[str]:
         problems.append(
             f"origin saw {res.origin_requests_per_request:.3f} requests per request (expected 1)"
         )
-    busy = [r.others_core0_percent for r in res.runs if r.others_core0_percent > 5]
-    if busy:
-        problems.append(
-            f"other processes took {max(busy):.0f}% of core {PROXY_CPU} in {len(busy)} run(s)"
-        )
+    for core, pct in ((PROXY_CPU, "others_core0_percent"), (CLIENT_CPU, "others_core1_percent")):
+        busy = [getattr(r, pct) for r in res.runs if getattr(r, pct) > 5]
+        if busy:
+            problems.append(
+                f"other processes took up to {max(busy):.0f}% of core {core} in {len(busy)} run(s)"
+            )
+    stolen = [r.steal_percent for r in res.runs if r.steal_percent > 5]
+    if stolen:
+        problems.append(f"the hypervisor stole up to {max(stolen):.0f}% in {len(stolen)} run(s)")
     if res.proxy_cpu_percent < 80:
         problems.append(
             f"the proxy used {res.proxy_cpu_percent:.0f}% of its core: the client or the origin"
@@ -776,24 +796,25 @@ def bench_system(
                 before = origin.requests_served()
                 cpu_before = cpu_seconds(proxy.pgid)
                 origin_cpu = cpu_seconds(origin.proc.pid)
-                core0 = core_ticks(PROXY_CPU)[0]
+                cores_before = core_seconds()
                 raw = run_wrk(
                     procs, proxy.port, lua_args(scn, origin, run_tag, True), args, args.duration
                 )
                 cpu = cpu_seconds(proxy.pgid) - cpu_before
                 origin_cpu = cpu_seconds(origin.proc.pid) - origin_cpu
-                core0_tasks = (core_ticks(PROXY_CPU)[0] - core0) / os.sysconf("SC_CLK_TCK")
+                cores = (cores_before, core_seconds())
                 served = origin.requests_served() - before - 1
                 if proxy.proc.poll() is not None:
                     raise BenchError(f"{system} died during {scn.name}\n{tail(proxy.error_log)}")
-                run = to_run(raw, served, cpu, raw["cpu_seconds"], origin_cpu, core0_tasks)
+                run = to_run(raw, served, cpu, raw["cpu_seconds"], origin_cpu, cores)
                 runs.append(run)
                 say(
                     f"  {scn.name:9} run {r + 1}/{args.repeats}: {run.rps:11,.0f} req/s"
                     f" {run.mibps:9,.1f} MiB/s  p50 {run.p50_ms:7.2f} ms  p99 {run.p99_ms:7.2f} ms"
                     f"  cpu {run.proxy_cpu_percent:3.0f}%"
                     f" (wrk {run.client_cpu_percent:.0f}%, origin {run.origin_cpu_percent:.0f}%,"
-                    f" others on core {PROXY_CPU} {run.others_core0_percent:.0f}%)"
+                    f" others {run.others_core0_percent:.0f}%/{run.others_core1_percent:.0f}%,"
+                    f" steal {run.steal_percent:.0f}%)"
                     + (f"  errors {run.errors}" if run.errors else "")
                 )
             requests = sum(r.requests for r in runs)
@@ -985,12 +1006,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 @contextlib.contextmanager
 def terminated_as_exit() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into SystemExit so that every ``finally`` runs."""
+    """Turn SIGTERM and SIGHUP into SystemExit so that every ``finally`` runs.
+
+    SIGINT raises KeyboardInterrupt even where the shell started this with SIGINT ignored.
+    """
 
     def handler(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
@@ -1080,6 +1105,9 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as e:
         say(f"error: {e}")
         status = 2
+    except KeyboardInterrupt:
+        say("\ninterrupted: stopping everything this started")
+        status = 130
     finally:
         procs.stop_all()
         if args.keep:

@@ -389,8 +389,8 @@ class RawServer:
         self._tasks.add(task)  # type: ignore[arg-type]
         try:
             await self.handler(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # cancelled only by stop(), which waits for it: nothing else awaits this task
         finally:
             self.closed += 1
             self._writers.discard(writer)
@@ -402,10 +402,12 @@ class RawServer:
             self._server.close()
         for writer in list(self._writers):
             writer.close()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=1.0)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=2.0)
+            await asyncio.wait(list(self._tasks), timeout=1.0)
         if self._server is not None:
             await self._server.wait_closed()
 

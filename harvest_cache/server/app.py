@@ -70,11 +70,10 @@ class CacheServer:
 
     def _new_connection(self) -> asyncio.Protocol:
         assert self.proxy is not None
-        conn = ClientConnection(self.config, self.proxy, self.tasks, self.connections.discard)
-        if len(self.connections) >= self.config.server.max_connections:
-            # Accepted only to be closed at once: the limit protects the process.
-            conn.must_close = True
-            asyncio.get_running_loop().call_soon(conn.close)
+        over = len(self.connections) >= self.config.server.max_connections
+        conn = ClientConnection(
+            self.config, self.proxy, self.tasks, self.connections.discard, refuse=over
+        )
         self.connections.add(conn)
         return conn
 

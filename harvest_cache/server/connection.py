@@ -23,6 +23,8 @@ from harvest_cache.server.hot import SLOW_FIELDS
 from harvest_cache.server.request import BodyStream, Request
 from harvest_cache.server.tasks import TaskSet
 
+# Seconds a connection closed after an error keeps draining the client's input.
+_LINGER = 2.0
 # Pipelined requests held before the socket is paused.
 _MAX_QUEUED = 32
 
@@ -43,11 +45,14 @@ class ClientConnection(asyncio.Protocol):
         handler: Handler,
         tasks: TaskSet,
         on_close: Callable[[ClientConnection], None],
+        *,
+        refuse: bool = False,
     ) -> None:
         self._config = config.server
         self._handler = handler
         self._tasks = tasks
         self._on_close = on_close
+        self._refuse = refuse  # over the connection limit: accepted only to be closed
         self.transport: asyncio.Transport | None = None
         self.client_ip = "-"
         self.client_bytes = b"-"
@@ -65,6 +70,7 @@ class ClientConnection(asyncio.Protocol):
         self._url = bytearray()
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._slow = False  # a field seen that keeps this request off the hit fast path
+        self._field_bytes = 0
         self._head_bytes = 0
         self._in_head = False
         self._current: Request | None = None
@@ -74,6 +80,8 @@ class ClientConnection(asyncio.Protocol):
         self._mark = 0.0
         # CONNECT: bytes that arrived after the request head, and where tunnel data goes
         self.tunnel_preface = b""
+        self._tunnel_pending = False
+        self._method = ""
         self.tunnel_sink: Callable[[bytes], None] | None = None
         self.tunnel_eof: Callable[[], None] | None = None
         self.tunnel_resume: Callable[[], None] | None = None
@@ -86,6 +94,9 @@ class ClientConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.client_ip = peer[0] if peer else "-"
         self.client_bytes = self.client_ip.encode()
+        if self._refuse:
+            self.close()
+            return
         self._arm_idle()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -108,6 +119,8 @@ class ClientConnection(asyncio.Protocol):
             self._current.body.fail(RequestError(400, "the client closed mid-body"))
         # Keep the socket open for writing if answers are still due; close after them.
         self.must_close = True
+        if self._stopped_reading and self._worker is None:
+            return False  # lingering after an error: the client is done
         return self._worker is not None or bool(self._queue)
 
     def pause_writing(self) -> None:
@@ -122,29 +135,54 @@ class ClientConnection(asyncio.Protocol):
         if self.tunnel_sink is not None:
             self.tunnel_sink(data)
             return
+        if self._tunnel_pending:
+            self.tunnel_preface += data
+            return
         if self._stopped_reading:
             return
         if not self._in_head and self._current is None:
             self._start_head()
         if self._in_head:
             self._head_bytes += len(data)
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade as e:
-            # CONNECT: the rest of the bytes are tunnel data.
-            self.tunnel_preface = data[e.args[0] :]
-            self._stop_reading()
-        except httptools.HttpParserCallbackError as e:
-            if isinstance(e.__context__, RequestError):
-                self._reject(e.__context__)
-            else:
+        while data:
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserUpgrade as e:
+                data = data[e.args[0] :]
+                if self._method == "CONNECT":
+                    # The rest is tunnel data, held until the tunnel is open.
+                    self._tunnel_pending = True
+                    self.tunnel_preface = data
+                    self._pause_reading()
+                    return
+                # Other upgrades are not done (Upgrade is dropped as hop-by-hop): what
+                # follows is the next HTTP/1.1 request, for a fresh parser.
+                self._parser = httptools.HttpRequestParser(self)
+                continue
+            except httptools.HttpParserCallbackError as e:
+                if isinstance(e.__context__, RequestError):
+                    self._reject(e.__context__)
+                    return
                 raise
-        except httptools.HttpParserError as e:
-            self._reject(RequestError(400, f"malformed request: {e}"))
-        else:
-            limit = self._config.max_request_line + self._config.max_header_bytes
-            if self._in_head and self._head_bytes > limit:
-                self._reject(RequestError(431, "request head too large"))
+            except httptools.HttpParserError as e:
+                self._reject(RequestError(400, f"malformed request: {e}"))
+                return
+            break
+        limit = self._config.max_request_line + self._config.max_header_bytes
+        if self._in_head and self._head_bytes > limit:
+            self._reject(RequestError(431, "request head too large"))
+
+    def attach_tunnel(
+        self, sink: Callable[[bytes], None], eof: Callable[[], None], resume: Callable[[], None]
+    ) -> None:
+        """From now on, bytes from the client go to ``sink``, beginning with any that came
+        early; ``eof`` is called on the client's half-close, ``resume`` when it drains."""
+        self.tunnel_sink, self.tunnel_eof, self.tunnel_resume = sink, eof, resume
+        self._tunnel_pending = False
+        preface, self.tunnel_preface = self.tunnel_preface, b""
+        if preface:
+            sink(preface)
+        self._resume_reading()
 
     # -- httptools callbacks -----------------------------------------------------------------
 
@@ -163,15 +201,19 @@ class ClientConnection(asyncio.Protocol):
             self._slow = True
         if len(self._raw_headers) > self._config.max_header_count:
             raise RequestError(431, "too many header fields")
+        self._field_bytes += len(name) + len(value) + 4
+        if self._field_bytes > self._config.max_header_bytes:
+            raise RequestError(431, "request header fields too large")
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         parser = self._parser
         if self._worker is None and not self._queue and self._try_fast():
             return
+        self._method = parser.get_method().decode("ascii", "replace")
         headers = Headers.from_raw(self._raw_headers)
         req = Request(
-            method=parser.get_method().decode("ascii", "replace"),
+            method=self._method,
             target=self._url.decode("latin-1"),
             version=parser.get_http_version(),
             headers=headers,
@@ -234,6 +276,21 @@ class ClientConnection(asyncio.Protocol):
             self.closed = True
             self.transport.close()
 
+    def _linger(self) -> None:
+        """Half-close, drain and drop what the client still sends, and close soon after.
+
+        Closing a socket with unread input makes the kernel send a reset, which can destroy
+        the error response before the client reads it.
+        """
+        self._stopped_reading = True
+        self._resume_reading()
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._loop.call_later(_LINGER, self.close)
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         return self._tasks.spawn(coro, name)
 
@@ -253,12 +310,15 @@ class ClientConnection(asyncio.Protocol):
                 if req.error is not None:
                     self.must_close = True
                 await self._handler.handle(req, self)
+                unread = req.error is not None or (req.body is not None and not req.body.ended)
+                if unread:
+                    # What the client still sends can't be parsed as a next request (RFC 9112
+                    # 9.6): answer, then close gently so the answer is read before a reset.
+                    self._queue.clear()
+                    self._linger()
+                    return
                 if not req.keep_alive or self.must_close:
                     self._queue.clear()
-                    self.close()
-                    return
-                if req.body is not None and not req.body.ended:
-                    # An unread body would be parsed as the next request: never continue.
                     self.close()
                     return
         finally:
@@ -289,6 +349,7 @@ class ClientConnection(asyncio.Protocol):
     def _start_head(self) -> None:
         self._in_head = True
         self._slow = False
+        self._field_bytes = 0
         self._head_bytes = 0
         self._mark = self._loop.time()
         self._ensure_timer()

@@ -25,7 +25,7 @@ from harvest_cache.http.policy import (
     invalidates,
     request_directives,
 )
-from harvest_cache.http.target import Target, parse_absolute
+from harvest_cache.http.target import Target, parse_absolute, parse_authority
 from harvest_cache.http.vary import vary_key, vary_names
 from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head, line_tail
 from harvest_cache.server.acl import Access
@@ -33,7 +33,7 @@ from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.fetch import Fetcher, content_length, upstream_headers, variant_key
 from harvest_cache.server.flight import FlightHead
 from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
-from harvest_cache.server.reply import ClientGone, Reply, send_simple
+from harvest_cache.server.reply import ClientGone, Reply
 from harvest_cache.server.request import Request
 from harvest_cache.server.transaction import Transaction
 from harvest_cache.server.tunnel import open_tunnel
@@ -149,8 +149,9 @@ class Proxy:
             tx.aborted = True
             conn.close()
         finally:
+            # Routes that bypass the Reply (tunnels) record their own numbers.
             tx.status = tx.status or reply.status
-            tx.bytes_sent = reply.bytes_sent
+            tx.bytes_sent = tx.bytes_sent or reply.bytes_sent
             if reply.content_type != "-":
                 tx.content_type = reply.content_type
             self._record(tx)
@@ -179,10 +180,11 @@ class Proxy:
         text = f"Harvest cache {self.name}: {status} {reason}\n{cause}\n"
         headers = Headers()
         forwarding.add_via(headers, "1.1", self.name)
-        if not conn.closed:
-            await send_simple(conn, req, status, reason, text, headers)
         tx.status = status
-        tx.bytes_sent = reply.bytes_sent
+        try:
+            await reply.send_text(status, reason, text, headers)
+        except ClientGone:
+            tx.aborted = True
 
     # -- Max-Forwards (RFC 9110 7.6.2) ---------------------------------------------------------
 
@@ -197,7 +199,7 @@ class Proxy:
         forwarding.add_via(headers, "1.1", self.name)
         if req.method == "OPTIONS":
             headers.add("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE")
-            done = await send_simple(conn, req, 200, "OK", "", headers)
+            await reply.send_text(200, "OK", "", headers)
         else:
             echo = Headers(
                 (n, v)
@@ -206,17 +208,20 @@ class Proxy:
             )
             text = f"TRACE {req.target} HTTP/{req.version}\r\n" + echo.encode().decode("latin-1")
             headers.add("Content-Type", "message/http")
-            done = await send_simple(conn, req, 200, "OK", text, headers)
+            await reply.send_text(200, "OK", text, headers)
         tx.result = "TCP_MISS"
-        reply.bytes_sent, reply.status = done.bytes_sent, done.status
         return True
 
     # -- CONNECT -------------------------------------------------------------------------------
 
     async def _connect(self, req: Request, conn: ClientConnection, tx: Transaction) -> None:
+        host, port = parse_authority(req.target)
+        if not self._access.connect_allowed(port):
+            tx.result = "TCP_DENIED"
+            raise RequestError(403, f"CONNECT to port {port} is not allowed")
         tx.result = "TCP_TUNNEL"
         tx.hierarchy = "HIER_DIRECT"
-        stats = await open_tunnel(req, conn, self._access, self._pool, self._config.upstream)
+        stats = await open_tunnel(host, port, conn, self._pool)
         tx.status = 200
         tx.peer = stats.peer
         tx.bytes_sent = stats.to_client
@@ -420,8 +425,8 @@ def _plain(req: Request) -> bool:
 
 
 def _uncollapsible(headers: Headers) -> bool:
-    """Requests whose responses are their own: conditional, ranged or credentialed."""
-    return conditional.has_conditionals(headers) or "Range" in headers or "Authorization" in headers
+    """Requests whose responses are their own: conditional or ranged."""
+    return conditional.has_conditionals(headers) or "Range" in headers
 
 
 def _shareable_for(head: FlightHead, req: Request) -> bool:

@@ -97,22 +97,17 @@ class Reply:
         finally:
             await loop.run_in_executor(None, body.file.close)
 
+    async def send_text(self, status: int, reason: str, text: str, headers: Headers) -> None:
+        """A complete small response (errors, OPTIONS, TRACE); text/plain unless set."""
+        body = text.encode("utf-8")
+        if "Content-Type" not in headers:
+            headers.add("Content-Type", "text/plain; charset=utf-8")
+        self.start(status, reason, headers, len(body))
+        await self.write(body)
+        await self.end()
+
     async def end(self) -> None:
         if self._chunked and not self._conn.closed:
             self._conn.write(b"0\r\n\r\n")
             self.bytes_sent += 5
         await self._conn.drain()
-
-
-async def send_simple(
-    conn: ClientConnection, req: Request, status: int, reason: str, text: str, headers: Headers
-) -> Reply:
-    """A complete small response with a text/plain body (errors, OPTIONS, TRACE)."""
-    reply = Reply(conn, req)
-    body = text.encode("utf-8")
-    if "Content-Type" not in headers:
-        headers.add("Content-Type", "text/plain; charset=utf-8")
-    reply.start(status, reason, headers, len(body))
-    await reply.write(body)
-    await reply.end()
-    return reply

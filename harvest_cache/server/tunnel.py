@@ -6,12 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import cast
 
-from harvest_cache.config import UpstreamConfig
-from harvest_cache.errors import RequestError
-from harvest_cache.http.target import parse_authority
-from harvest_cache.server.acl import Access
 from harvest_cache.server.connection import ClientConnection
-from harvest_cache.server.request import Request
 from harvest_cache.upstream.pool import Pool
 
 
@@ -96,23 +91,11 @@ class _ServerSide(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def open_tunnel(
-    req: Request, conn: ClientConnection, access: Access, pool: Pool, config: UpstreamConfig
-) -> TunnelStats:
-    """Connect to the requested authority, answer 200, and relay until both sides close."""
-    host, port = parse_authority(req.target)
-    if not access.connect_allowed(port):
-        raise RequestError(403, f"CONNECT to port {port} is not allowed")
+async def open_tunnel(host: str, port: int, conn: ClientConnection, pool: Pool) -> TunnelStats:
+    """Connect to ``host:port``, answer 200, and relay until both sides close."""
     server = await pool.open(host, port, lambda ip: _ServerSide(ip, conn))
     conn.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-    conn.tunnel_sink = server.from_client
-    conn.tunnel_eof = server.client_eof
-    conn.tunnel_resume = server.client_writable
-    if conn.tunnel_preface:
-        server.from_client(conn.tunnel_preface)
-        conn.tunnel_preface = b""
-    if conn.transport is not None:
-        conn.transport.resume_reading()
+    conn.attach_tunnel(server.from_client, server.client_eof, server.client_writable)
     try:
         await server.done
     finally:

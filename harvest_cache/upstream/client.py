@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from harvest_cache.errors import ReadTimeout, UpstreamError, UpstreamReset
+from harvest_cache.errors import ReadTimeout, UpstreamReset
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 from harvest_cache.upstream.pool import Pool
 
@@ -103,7 +103,8 @@ async def send(pool: Pool, req: OutgoingRequest, read_timeout: float) -> Exchang
                 conn = None
                 continue
             raise
-        except (UpstreamError, asyncio.CancelledError, OSError):
+        except BaseException:
+            # Including a client body that failed midway: the origin must not wait for it.
             conn.close()
             raise
         return Exchange(pool, conn, head)

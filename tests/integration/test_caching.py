@@ -6,6 +6,7 @@ hit counts show what reached it, Cache-Status (RFC 9211) and the access log what
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
@@ -121,6 +122,44 @@ async def test_head_served_from_stored_get(origin: Origin, client: ProxyClient) 
     assert resp.headers["ETag"] == '"h1"'
     assert our_cache_status(resp).get("hit") is True
     assert origin.hits["/h"] == 1
+
+
+async def test_repeated_hits_keep_their_headers_and_body(
+    origin: Origin, client: ProxyClient
+) -> None:
+    """The third and later hits of a plain GET may take a faster path: same answer."""
+    headers = {"Cache-Control": "max-age=60", "ETag": '"r1"', "X-Extra": "kept"}
+    origin.route("/rep", static(b"repeat me", headers))
+    url = origin.url("/rep")
+    await client.get(url)
+    for _ in range(4):
+        resp, body = await client.get(url)
+        assert (resp.status, body) == (200, b"repeat me")
+        assert resp.headers["Content-Length"] == "9"
+        assert (resp.headers["ETag"], resp.headers["X-Extra"]) == ('"r1"', "kept")
+        assert "test-cache" in resp.headers["Via"]
+        assert int(resp.headers["Age"]) <= 1
+        params = our_cache_status(resp)
+        assert params.get("hit") is True
+        assert 57 <= int(str(params["ttl"])) <= 60
+    resp, body = await client.request("HEAD", url)
+    assert (resp.status, body, resp.headers["Content-Length"]) == (200, b"", "9")
+    assert our_cache_status(resp).get("hit") is True
+    assert origin.hits["/rep"] == 1
+
+
+async def test_hit_becomes_stale_when_max_age_runs_out(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/short", counting({"Cache-Control": "max-age=2"}))
+    url = origin.url("/short")
+    began = time.monotonic()
+    for _ in range(3):
+        _, body = await client.get(url)
+        assert body == b"v1"
+    await asyncio.sleep(max(0.0, 2.1 - (time.monotonic() - began)))
+    resp, body = await client.get(url)
+    assert body == b"v2"
+    assert "hit" not in our_cache_status(resp)
+    assert origin.hits["/short"] == 2
 
 
 # -- what may be stored ----------------------------------------------------------------------

@@ -64,8 +64,9 @@ async def start_together(
     """Start the first client, wait until its request reached the origin, start the rest,
     wait until they are all connected to the cache, then open the origin's gate."""
     open_before = len(cache.connections)
+    hits_before = origin.hits[path]
     tasks = [asyncio.create_task(clients[0]())]
-    await wait_until(lambda: origin.hits[path] >= 1)
+    await wait_until(lambda: origin.hits[path] > hits_before)
     tasks += [asyncio.create_task(c()) for c in clients[1:]]
     await wait_until(lambda: len(cache.connections) >= open_before + len(clients))
     await asyncio.sleep(0.2)  # their requests are parsed and looked up in the store
@@ -325,3 +326,41 @@ async def test_origin_reset_mid_body_fails_every_waiter_and_stores_nothing(
     assert body == BODY
     assert "hit" not in our_cache_status(resp)
     assert origin.hits["/broken"] == 2
+
+
+async def test_concurrent_revalidations_make_one_conditional_request(
+    origin: Origin, cache: CacheServer
+) -> None:
+    n = 5
+    gate = asyncio.Event()
+
+    async def validated(request: web.Request) -> web.Response:
+        if request.headers.get("If-None-Match") == '"r1"':
+            async with asyncio.timeout(5):
+                await gate.wait()
+            return web.Response(status=304, headers={"ETag": '"r1"', "Cache-Control": "max-age=60"})
+        return web.Response(
+            body=b"validated body", headers={"ETag": '"r1"', "Cache-Control": "max-age=0"}
+        )
+
+    origin.route("/reval", validated)
+    url = origin.url("/reval")
+    proxy = f"http://127.0.0.1:{cache.address[1]}"
+    async with proxy_client(cache) as c:
+        _, body = await c.get(url)
+        assert body == b"validated body"
+    await wait_until(lambda: not cache.connections)  # the cache saw that client go
+
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+
+        async def fetch() -> tuple[int, bytes]:
+            async with session.get(url, proxy=proxy) as resp:
+                return resp.status, await resp.read()
+
+        async with asyncio.timeout(20):
+            tasks = await start_together(origin, cache, "/reval", gate, [fetch] * n)
+            results = await asyncio.gather(*tasks)
+
+    assert results == [(200, b"validated body")] * n
+    assert origin.hits["/reval"] == 2
+    assert origin.requests[1].headers.get("If-None-Match") == '"r1"'

@@ -106,6 +106,7 @@ async def test_http10_client_gets_the_response_then_a_close(
             assert await reader.read() == b"", "an HTTP/1.0 connection must close after it"
     finally:
         writer.close()
+    assert origin.requests[-1].headers["Via"] == "1.0 test-cache"
 
 
 async def test_http10_keep_alive_client_keeps_its_connection(
@@ -291,6 +292,73 @@ async def test_chunked_response_reaches_http10_client_close_delimited(
     assert rest == b"".join(PARTS), "the body ends where the connection closes"
 
 
+async def test_close_delimited_origin_response_is_reframed(cache: CacheServer) -> None:
+    """An HTTP/1.0 origin ends its body by closing: a 1.1 client gets it chunked, complete."""
+    body = b"from an old origin " * 500
+
+    async def old(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request_head(reader)
+        writer.write(b"HTTP/1.0 200 OK\r\nCache-Control: no-store\r\n\r\n")
+        for i in range(0, len(body), 1000):
+            writer.write(body[i : i + 1000])
+            await writer.drain()
+        writer.close()
+
+    server = await RawServer(old).start()
+    try:
+        reader, writer = await open_proxy(proxy_port(cache))
+        try:
+            for _ in range(2):
+                writer.write(request_bytes("GET", server.url("/old")))
+                resp = await read_response(reader)
+                assert resp.status == 200
+                assert resp.chunked
+                assert resp.body == body
+        finally:
+            writer.close()
+    finally:
+        await server.stop()
+    assert server.accepted == 2
+
+
+async def test_http11_client_asking_to_close_gets_a_close(
+    origin: Origin, cache: CacheServer
+) -> None:
+    origin.route("/bye", echo)
+    reader, writer = await open_proxy(proxy_port(cache))
+    try:
+        writer.write(request_bytes("GET", origin.url("/bye"), headers=[("Connection", "close")]))
+        resp = await read_response(reader)
+        assert resp.status == 200
+        assert (resp.get("Connection") or "").lower() == "close"
+        async with asyncio.timeout(3):
+            assert await reader.read() == b""
+    finally:
+        writer.close()
+
+
+async def test_expect_100_continue(origin: Origin, cache: CacheServer) -> None:
+    origin.route("/continue", echo)
+    reader, writer = await open_proxy(proxy_port(cache))
+    try:
+        writer.write(
+            request_bytes(
+                "PUT",
+                origin.url("/continue"),
+                headers=[("Content-Length", "5"), ("Expect", "100-continue")],
+            )
+        )
+        async with asyncio.timeout(3):
+            status, _, _ = await read_head(reader)
+        assert status == 100
+        writer.write(b"hello")
+        resp = await read_response(reader)
+    finally:
+        writer.close()
+    assert resp.status == 200
+    assert resp.body == b"PUT 5 hello"
+
+
 # -- streaming ---------------------------------------------------------------------------------
 
 
@@ -365,6 +433,49 @@ async def test_response_is_streamed_to_the_client_as_it_arrives(
         client_has_first.set()
         writer.close()
     assert dict((n.lower(), v) for n, v in fields)["content-length"] == "20000"
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_slow_client_holds_back_the_origin(
+    origin: Origin, cache: CacheServer, method: str
+) -> None:
+    """While the client reads nothing, the origin gets only a bounded way ahead of it."""
+    total, block = 128 << 20, os.urandom(256 << 10)
+    written = 0
+
+    async def firehose(request: web.Request) -> web.StreamResponse:
+        nonlocal written
+        await request.read()
+        resp = web.StreamResponse(
+            headers={"Content-Length": str(total), "Cache-Control": "no-store"}
+        )
+        await resp.prepare(request)
+        for _ in range(total // len(block)):
+            await resp.write(block)
+            written += len(block)
+        await resp.write_eof()
+        return resp
+
+    origin.route("/firehose", firehose)
+    reader, writer = await open_proxy(proxy_port(cache))
+    try:
+        writer.write(
+            request_bytes(method, origin.url("/firehose"), body=b"b" if method == "POST" else b"")
+        )
+        async with asyncio.timeout(3):
+            await read_head(reader)
+        await asyncio.sleep(1.0)  # the client reads nothing for a second
+        ahead = written
+        received = 0
+        async with asyncio.timeout(20):
+            while received < total:
+                chunk = await reader.read(1 << 20)
+                assert chunk, "the response ended early"
+                received += len(chunk)
+    finally:
+        writer.close()
+    assert received == total
+    assert ahead < 48 << 20, f"the origin got {ahead >> 20} MiB ahead of a stalled client"
 
 
 # -- upstream connection reuse -----------------------------------------------------------------
@@ -659,16 +770,20 @@ class _Counter(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.head = bytearray()
+        self.in_head = True
         self.body = 0
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def data_received(self, data: bytes) -> None:
-        if self.body == 0 and b"\r\n\r\n" not in self.head:
+        if self.in_head:
             self.head += data
             if b"\r\n\r\n" in self.head:
                 head, _, rest = bytes(self.head).partition(b"\r\n\r\n")
                 self.head = bytearray(head)
+                self.in_head = False
                 self.body += len(rest)
+            elif len(self.head) > 65536:
+                raise AssertionError("no end of the response head in 64 KiB")
         else:
             self.body += len(data)
         if self.body >= LARGE and not self.done.done():
@@ -741,7 +856,7 @@ async def test_one_gib_response_streams_through_in_bounded_memory(
             f" ({LARGE / (1 << 20) / elapsed:.0f} MiB/s), peak RSS {peak_mib:.0f} MiB"
         )
         assert bytes(counter.head).startswith(b"HTTP/1.1 200")
-        assert counter.body == LARGE
+        assert counter.body == LARGE, bytes(counter.head)
         assert peak_mib < RSS_LIMIT_MIB
     finally:
         if proc.returncode is None:

@@ -1,0 +1,318 @@
+"""Persistence: the cache as a real process keeps its disk tier across a clean stop (SIGTERM)
+and across SIGKILL under load, and never serves an object whose write was cut short.
+
+The origin (in this process) serves deterministic content derived from the URL, so every
+body can be checked byte for byte whoever served it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.support import Origin, cache_status_members, free_port, wait_for_port, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "persist-cache"
+MIB = 1024 * 1024
+
+pytestmark = pytest.mark.slow
+
+
+def content(path: str) -> bytes:
+    """The body for ``path`` (``/.../NAME-SIZE``): SIZE bytes seeded by the path."""
+    size = int(path.rsplit("-", 1)[1])
+    return random.Random(path).randbytes(size)
+
+
+class DeterministicOrigin:
+    """Routes on ``origin`` whose bodies come from ``content``; big ones trickle out."""
+
+    def __init__(self, origin: Origin) -> None:
+        self.origin = origin
+        self.streaming = 0  # responses being sent right now
+
+    def add(self, path: str) -> str:
+        self.origin.route(path, self.handler)
+        return self.origin.url(path)
+
+    async def handler(self, request: web.Request) -> web.StreamResponse:
+        body = content(request.path)
+        resp = web.StreamResponse(headers={"Cache-Control": "max-age=3600"})
+        resp.content_length = len(body)
+        resp.content_type = "application/octet-stream"
+        await resp.prepare(request)
+        self.streaming += 1
+        try:
+            step = 256 * 1024
+            for i in range(0, len(body), step):
+                await resp.write(body[i : i + step])
+                if len(body) > step:
+                    await asyncio.sleep(0.01)
+            await resp.write_eof()
+        finally:
+            self.streaming -= 1
+        return resp
+
+
+class CacheProcess:
+    """``python -m harvest_cache`` on an ephemeral port of 127.0.0.1, over ``cache_dir``."""
+
+    def __init__(self, tmp_path: Path, cache_dir: Path) -> None:
+        self.cache_dir = cache_dir
+        self.config = tmp_path / "cache.toml"
+        self.config.write_text(
+            "\n".join(
+                [
+                    "[server]",
+                    f'name = "{NAME}"',
+                    "[cache]",
+                    "memory_mb = 16",
+                    "memory_max_object_kb = 64",
+                    "disk_mb = 512",
+                    "[log]",
+                    f'access_log = "{tmp_path / "access.log"}"',
+                    'level = "warning"',
+                    "[dns]",
+                    'hosts_file = "none"',
+                    'nameservers = ["127.0.0.1:9"]',
+                    "[upstream]",
+                    "connect_timeout = 2.0",
+                    "read_timeout = 5.0",
+                    "",
+                ]
+            )
+        )
+        self.port = 0
+        self.proc: asyncio.subprocess.Process | None = None
+        self.output: list[bytes] = []
+        self._reader: asyncio.Task[None] | None = None
+
+    @property
+    def proxy(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self.port = free_port()
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "harvest_cache",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--cache-dir",
+            str(self.cache_dir),
+            "--config",
+            str(self.config),
+            cwd=REPO,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        self._reader = asyncio.create_task(self._collect(self.proc))
+        ready = asyncio.create_task(wait_for_port(self.port, within=20))
+        exited = asyncio.create_task(self.proc.wait())
+        done, _ = await asyncio.wait({ready, exited}, return_when=asyncio.FIRST_COMPLETED)
+        if exited in done:
+            ready.cancel()
+            await self._reader
+            pytest.fail(f"the cache exited at start:\n{self.log()}")
+        exited.cancel()
+        await ready
+
+    async def _collect(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while line := await proc.stdout.readline():
+            self.output.append(line)
+
+    def log(self) -> str:
+        return b"".join(self.output).decode(errors="replace")
+
+    async def stop(self, sig: signal.Signals) -> int:
+        """Send ``sig`` to our process (by its PID) and wait for it to exit."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(sig)
+        async with asyncio.timeout(20):
+            code = await self.proc.wait()
+            if self._reader is not None:
+                await self._reader
+        return code
+
+    async def ensure_stopped(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+
+@contextlib.asynccontextmanager
+async def cache_process(tmp_path: Path) -> AsyncIterator[CacheProcess]:
+    process = CacheProcess(tmp_path, tmp_path / "cache")
+    try:
+        yield process
+    finally:
+        await process.ensure_stopped()
+
+
+def our_status(resp: aiohttp.ClientResponse) -> dict[str, str | bool]:
+    """Our Cache-Status parameters; none for an error the cache answered itself."""
+    value = resp.headers.get("Cache-Status")
+    if value is None:
+        assert resp.status >= 400, dict(resp.headers)
+        return {}
+    name, params = cache_status_members(value)[-1]
+    assert name == NAME, value
+    return params
+
+
+async def fetch(
+    session: aiohttp.ClientSession, proxy: str, url: str, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str | bool], bytes]:
+    async with session.get(url, proxy=proxy, headers=headers or {}) as resp:
+        body = await resp.read()
+        return resp.status, our_status(resp), body
+
+
+async def test_objects_survive_a_clean_restart(origin: Origin, tmp_path: Path) -> None:
+    source = DeterministicOrigin(origin)
+    sizes = [0, 100, 5_000, 60_000, 200_000, 2 * MIB, 5 * MIB]
+    urls = [source.add(f"/clean/{i}-{size}") for i, size in enumerate(sizes)]
+    async with cache_process(tmp_path) as cache, aiohttp.ClientSession() as session:
+        await cache.start()
+        for url in urls:
+            status, params, body = await fetch(session, cache.proxy, url)
+            assert (status, params.get("fwd")) == (200, "uri-miss")
+            assert body == content(url.split(str(origin.port), 1)[1])
+            # The second request is a hit: the object is committed.
+            status, params, body = await fetch(session, cache.proxy, url)
+            assert (status, params.get("hit")) == (200, True), params
+        assert await cache.stop(signal.SIGTERM) == 0, cache.log()
+        hits_before = sum(origin.hits.values())
+        assert hits_before == len(urls)
+
+        await cache.start()
+        for url in urls:
+            path = url.split(str(origin.port), 1)[1]
+            status, params, body = await fetch(session, cache.proxy, url)
+            assert (status, params.get("hit")) == (200, True), (url, params)
+            assert len(body) == len(content(path))
+            assert body == content(path)
+        assert sum(origin.hits.values()) == hits_before
+        assert await cache.stop(signal.SIGTERM) == 0, cache.log()
+
+
+async def test_vary_variants_survive_a_clean_restart(origin: Origin, tmp_path: Path) -> None:
+    async def by_language(request: web.Request) -> web.Response:
+        lang = request.headers.get("Accept-Language", "none")
+        return web.Response(
+            text=f"body in {lang}",
+            headers={"Cache-Control": "max-age=3600", "Vary": "Accept-Language"},
+        )
+
+    origin.route("/vary", by_language)
+    url = origin.url("/vary")
+    async with cache_process(tmp_path) as cache, aiohttp.ClientSession() as session:
+        await cache.start()
+        for lang in ("en", "fr", "en", "fr"):
+            await fetch(session, cache.proxy, url, {"Accept-Language": lang})
+        assert origin.hits["/vary"] == 2
+        assert await cache.stop(signal.SIGTERM) == 0, cache.log()
+        await cache.start()
+        for lang in ("fr", "en"):
+            status, params, body = await fetch(session, cache.proxy, url, {"Accept-Language": lang})
+            assert (status, body) == (200, f"body in {lang}".encode())
+            assert params.get("hit") is True
+        assert origin.hits["/vary"] == 2
+        assert await cache.stop(signal.SIGTERM) == 0, cache.log()
+
+
+async def test_kill_9_under_load_serves_only_whole_objects(origin: Origin, tmp_path: Path) -> None:
+    source = DeterministicOrigin(origin)
+    load_sizes = [1_000, 70_000, 1 * MIB, 4 * MIB]
+    confirmed = [source.add(f"/kept/{i}-{size}") for i, size in enumerate([500, 90_000, 3 * MIB])]
+    requested: list[str] = []
+    completed: list[str] = []
+    next_id = 0
+    stop = asyncio.Event()
+
+    def path_of(url: str) -> str:
+        return url.split(str(origin.port), 1)[1]
+
+    async with cache_process(tmp_path) as cache, aiohttp.ClientSession() as session:
+        await cache.start()
+        # Objects stored and confirmed as hits well before the kill must all survive it.
+        for url in confirmed:
+            await fetch(session, cache.proxy, url)
+            status, params, body = await fetch(session, cache.proxy, url)
+            assert (status, params.get("hit"), body) == (200, True, content(path_of(url)))
+        await asyncio.sleep(0.3)
+
+        async def worker() -> None:
+            nonlocal next_id
+            for _ in range(200):
+                if stop.is_set():
+                    return
+                n, next_id = next_id, next_id + 1
+                url = source.add(f"/load/{n}-{load_sizes[n % len(load_sizes)]}")
+                requested.append(url)
+                try:
+                    _, _, body = await fetch(session, cache.proxy, url)
+                except (aiohttp.ClientError, TimeoutError, AssertionError):
+                    continue  # the cache was killed under this request
+                if body == content(path_of(url)):
+                    completed.append(url)
+
+        workers = [asyncio.create_task(worker()) for _ in range(4)]
+        started = time.monotonic()
+        # Kill once some objects are done and a big body is being written; 6 s at most.
+        with contextlib.suppress(TimeoutError):
+            await wait_until(
+                lambda: len(completed) >= 12 and source.streaming > 0 and len(requested) > 16,
+                within=6,
+            )
+        in_flight_at_kill = source.streaming
+        assert await cache.stop(signal.SIGKILL) == -signal.SIGKILL
+        killed_after = time.monotonic() - started
+        stop.set()
+        async with asyncio.timeout(15):
+            await asyncio.gather(*workers)
+        assert len(completed) >= 4, (len(completed), killed_after)
+        assert in_flight_at_kill > 0 or len(requested) > len(completed)
+
+        await cache.start()
+        hits = 0
+        for url in confirmed + requested:
+            status, params, body = await fetch(
+                session, cache.proxy, url, {"Cache-Control": "only-if-cached"}
+            )
+            if url in confirmed:
+                assert status == 200, (url, status, params)
+            if status == 200:
+                # Whatever is served from the store is whole and exact.
+                hits += 1
+                assert params.get("hit") is True, params
+                expected = content(path_of(url))
+                assert len(body) == len(expected), url
+                assert body == expected, url
+            else:
+                assert status == 504, (url, status)
+        assert hits >= len(confirmed)
+        # And the cache works as usual after the crash: everything comes back exact.
+        for url in requested:
+            status, _, body = await fetch(session, cache.proxy, url)
+            assert (status, body == content(path_of(url))) == (200, True), url
+        assert await cache.stop(signal.SIGTERM) == 0, cache.log()
