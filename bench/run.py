@@ -536,10 +536,12 @@ class Proxy:
         except FileNotFoundError:
             return 0
 
-    def log_codes(self, start: int) -> Counter[str]:
-        """Result codes (TCP_MEM_HIT, TCP_MISS, ...) logged from byte ``start`` on.
+    def log_codes(self, start: int, since: float) -> Counter[str]:
+        """Result codes (TCP_MEM_HIT, TCP_MISS, ...) of the requests that ended at ``since``
+        or later, read from byte ``start`` on.
 
-        Waits for the log to stop growing first: Squid writes it through a helper process.
+        Waits for the log to stop growing first (Squid writes it through a helper process, and
+        a proxy may buffer it); the time filter keeps out warm-up lines written late.
         """
         codes: Counter[str] = Counter()
         if self.access_log is None:
@@ -557,8 +559,14 @@ class Proxy:
             f.seek(start)
             for line in f:
                 parts = line.split(maxsplit=4)
-                if len(parts) >= 4:
-                    codes[parts[3].split(b"/")[0].decode(errors="replace")] += 1
+                if len(parts) < 4:
+                    continue
+                try:
+                    if float(parts[0]) < since:
+                        continue
+                except ValueError:
+                    pass
+                codes[parts[3].split(b"/")[0].decode(errors="replace")] += 1
         return codes
 
     def stop(self) -> None:
@@ -781,6 +789,7 @@ def bench_system(
         for scn in scenarios:
             tag = f"{system[0]}{time.time_ns() % 10**12:x}"
             size = SIZES[scn.size]
+            log_start = proxy.log_offset()
             if scn.kind == "hit":  # twice: the second fetch must already be a hit
                 for _ in range(2):
                     for n in range(scn.urls):
@@ -789,7 +798,7 @@ def bench_system(
                 for n in range(scn.urls):
                     proxy.get(f"http://{origin.hostport}/reval/{tag}-{n}", size)
             rss_resettable = reset_peak_rss(proxy.pgid) and rss_resettable
-            log_start = proxy.log_offset()
+            measured_since = time.time()
             runs: list[Run] = []
             for r in range(args.repeats):
                 run_tag = f"{tag}r{r}" if scn.kind == "miss" else tag
@@ -832,7 +841,7 @@ def bench_system(
                 proxy_cpu_percent=median([r.proxy_cpu_percent for r in runs]),
                 client_cpu_percent=median([r.client_cpu_percent for r in runs]),
                 origin_cpu_percent=median([r.origin_cpu_percent for r in runs]),
-                log_codes=dict(proxy.log_codes(log_start).most_common()),
+                log_codes=dict(proxy.log_codes(log_start, measured_since).most_common()),
             )
             res.checks = check(scn, res, proxy.access_log is not None)
             for problem in res.checks:

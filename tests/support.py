@@ -14,6 +14,7 @@ from harvest_cache.config import Config, from_mapping
 from harvest_cache.server.app import CacheServer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MakeCache = Callable[..., Awaitable[CacheServer]]
 
 
 class Origin:

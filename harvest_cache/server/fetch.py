@@ -208,7 +208,15 @@ class Fetcher:
         elif stored is not None:
             await self._store.delete(flight.key)
         flight.publish_head(
-            FlightHead(head.status, head.reason, headers, decision.ok, exchange.peer_ip, selecting)
+            FlightHead(
+                head.status,
+                head.reason,
+                headers,
+                decision.ok,
+                exchange.peer_ip,
+                selecting,
+                stored=writer is not None,
+            )
         )
         stored_headers = headers.copy()
         stored_headers.remove(*decision.omit_fields)

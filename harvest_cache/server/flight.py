@@ -32,6 +32,7 @@ class FlightHead:
     peer_ip: str
     vary_key: str = ""
     refreshed: StoredHead | None = None
+    stored: bool = False  # being written to the store (shareable, and not too large)
 
 
 class Flight:

@@ -42,6 +42,18 @@ from harvest_cache.store.interface import ObjectStore, StoredObject
 from harvest_cache.upstream.client import OutgoingRequest, send
 from harvest_cache.upstream.pool import Pool
 
+# Cache-Status details for the answers the cache gives itself.
+_DETAILS = {
+    400: "bad-request",
+    403: "denied",
+    408: "request-timeout",
+    413: "body-too-large",
+    414: "uri-too-long",
+    431: "head-too-large",
+    501: "not-implemented",
+    504: "only-if-cached",
+}
+
 _REASONS = {
     400: "Bad Request",
     403: "Forbidden",
@@ -141,10 +153,12 @@ class Proxy:
             else:
                 await self._forward(req, target, conn, tx, reply, "TCP_MISS")
         except RequestError as e:
-            await self._fail(conn, req, tx, reply, e.status, e.reason, close=e.close)
+            status = cache_status(self.name, hit=False, detail=_DETAILS.get(e.status, "refused"))
+            await self._fail(conn, req, tx, reply, e.status, e.reason, status, close=e.close)
         except UpstreamError as e:
             tx.hierarchy = "HIER_DIRECT"
-            await self._fail(conn, req, tx, reply, e.status, e.cause, close=False)
+            status = cache_status(self.name, hit=False, fwd="miss", detail=e.kind)
+            await self._fail(conn, req, tx, reply, e.status, e.cause, status, close=False)
         except ClientGone:
             tx.aborted = True
             conn.close()
@@ -164,6 +178,7 @@ class Proxy:
         reply: Reply,
         status: int,
         cause: str,
+        cache_status_value: str,
         *,
         close: bool,
     ) -> None:
@@ -178,7 +193,7 @@ class Proxy:
             conn.must_close = True
         reason = _REASONS.get(status, "Error")
         text = f"Harvest cache {self.name}: {status} {reason}\n{cause}\n"
-        headers = Headers()
+        headers = Headers([("Cache-Status", cache_status_value)])
         forwarding.add_via(headers, "1.1", self.name)
         tx.status = status
         try:
@@ -320,7 +335,8 @@ class Proxy:
                     hit=False,
                     fwd=fwd,
                     fwd_status=head.status,
-                    stored=head.shareable and not joined,
+                    stored=head.stored and not joined,
+                    collapsed=joined,
                 ),
             )
             reply.start(head.status, head.reason, headers, content_length(head.headers))

@@ -14,9 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from harvest_cache.server.app import CacheServer
-from tests.support import LogLine, Origin, http_date, proxy_client, stop_and_read_log
+from tests.support import LogLine, MakeCache, Origin, http_date, proxy_client, stop_and_read_log
 
-MakeCache = Callable[..., Awaitable[CacheServer]]
 TEXT = "text/plain"
 
 

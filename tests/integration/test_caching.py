@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp import web
@@ -18,6 +17,7 @@ from harvest_cache.server.app import CacheServer
 from tests.support import (
     Handler,
     LogLine,
+    MakeCache,
     Origin,
     ProxyClient,
     http_date,
@@ -25,8 +25,6 @@ from tests.support import (
     proxy_client,
     stop_and_read_log,
 )
-
-MakeCache = Callable[..., Awaitable[CacheServer]]
 
 
 def static(body: bytes, headers: dict[str, str] | None = None, status: int = 200) -> Handler:

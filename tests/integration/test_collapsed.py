@@ -8,7 +8,8 @@ while it streams.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
@@ -19,6 +20,7 @@ from tests.support import Origin, our_cache_status, proxy_client, wait_until
 
 PARTS = [bytes([65 + i]) * 16384 for i in range(5)]
 BODY = b"".join(PARTS)
+T = TypeVar("T")
 
 
 class SlowOrigin:
@@ -59,8 +61,8 @@ async def start_together(
     cache: CacheServer,
     path: str,
     gate: asyncio.Event,
-    clients: list[Callable[[], Awaitable[object]]],
-) -> list[asyncio.Task[object]]:
+    clients: Sequence[Callable[[], Coroutine[Any, Any, T]]],
+) -> list[asyncio.Task[T]]:
     """Start the first client, wait until its request reached the origin, start the rest,
     wait until they are all connected to the cache, then open the origin's gate."""
     open_before = len(cache.connections)
@@ -110,6 +112,8 @@ async def test_twenty_concurrent_misses_make_one_origin_fetch(
     members = [s.split(", ")[-1] for s in statuses]
     assert all("fwd=uri-miss" in m and "fwd-status=200" in m for m in members), members
     assert sum("stored" in m for m in members) == 1, members
+    # RFC 9211 2.8: the other nineteen joined the first one's forward request.
+    assert sum("collapsed" in m for m in members) == n - 1, members
     async with proxy_client(cache) as client:
         resp, body = await client.get(url)
     assert body == BODY
@@ -140,7 +144,7 @@ async def test_waiters_for_an_uncachable_response_each_get_their_own(
 
     async with aiohttp.ClientSession(auto_decompress=False) as session:
 
-        def client(i: int) -> Callable[[], Awaitable[tuple[int, str, bytes]]]:
+        def client(i: int) -> Callable[[], Coroutine[Any, Any, tuple[int, str, bytes]]]:
             async def fetch() -> tuple[int, str, bytes]:
                 headers = {"X-Client-Id": f"c{i}"}
                 async with session.get(url, proxy=proxy, headers=headers) as resp:
@@ -181,7 +185,7 @@ async def test_waiter_with_other_vary_value_is_not_given_the_other_variant(
 
     async with aiohttp.ClientSession(auto_decompress=False) as session:
 
-        def client(lang: str) -> Callable[[], Awaitable[bytes]]:
+        def client(lang: str) -> Callable[[], Coroutine[Any, Any, bytes]]:
             async def fetch() -> bytes:
                 headers = {"Accept-Language": lang}
                 async with session.get(url, proxy=proxy, headers=headers) as resp:
@@ -218,7 +222,7 @@ async def test_client_leaving_mid_body_does_not_break_the_others(
 
     async with aiohttp.ClientSession(auto_decompress=False) as session:
 
-        def client(i: int) -> Callable[[], Awaitable[bytes]]:
+        def client(i: int) -> Callable[[], Coroutine[Any, Any, bytes]]:
             async def fetch() -> bytes:
                 nonlocal left
                 async with session.get(url, proxy=proxy) as resp:
@@ -364,3 +368,41 @@ async def test_concurrent_revalidations_make_one_conditional_request(
     assert results == [(200, b"validated body")] * n
     assert origin.hits["/reval"] == 2
     assert origin.requests[1].headers.get("If-None-Match") == '"r1"'
+
+
+async def test_waiter_is_not_given_a_response_to_another_clients_credentials(
+    origin: Origin, cache: CacheServer
+) -> None:
+    gate = asyncio.Event()
+
+    async def whoami(request: web.Request) -> web.Response:
+        async with asyncio.timeout(5):
+            await gate.wait()
+        who = request.headers.get("Authorization", "anonymous")
+        # Storable for a shared cache only without Authorization (RFC 9111 3.5).
+        return web.Response(text=f"for {who}", headers={"Cache-Control": "max-age=60"})
+
+    origin.route("/whoami", whoami)
+    url = origin.url("/whoami")
+    proxy = f"http://127.0.0.1:{cache.address[1]}"
+    identities = ["Basic YWxpY2U6YQ==", "Basic Ym9iOmI=", None]
+
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+
+        def client(who: str | None) -> Callable[[], Coroutine[Any, Any, bytes]]:
+            async def fetch() -> bytes:
+                headers = {"Authorization": who} if who else {}
+                async with session.get(url, proxy=proxy, headers=headers) as resp:
+                    assert resp.status == 200
+                    return await resp.read()
+
+            return fetch
+
+        async with asyncio.timeout(20):
+            tasks = await start_together(
+                origin, cache, "/whoami", gate, [client(who) for who in identities]
+            )
+            bodies = await asyncio.gather(*tasks)
+
+    assert bodies == [f"for {who or 'anonymous'}".encode() for who in identities]
+    assert origin.hits["/whoami"] == 3

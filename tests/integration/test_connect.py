@@ -8,13 +8,14 @@ import asyncio
 import hashlib
 import os
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 import trustme
 
 from harvest_cache.server.app import CacheServer
 from tests.support import (
+    MakeCache,
     RawServer,
     free_port,
     open_proxy,
@@ -23,7 +24,6 @@ from tests.support import (
     wait_until,
 )
 
-MakeCache = Callable[..., Awaitable[CacheServer]]
 ANY_HIGH_PORT = {"connect_ports": ["1024-65535"]}
 GREETING = b"hello from the TLS origin\n"
 

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from harvest_cache.server.app import CacheServer
 from tests.support import (
+    MakeCache,
     Origin,
     ProxyClient,
     RawServer,
@@ -27,8 +28,6 @@ from tests.support import (
     read_response,
     request_bytes,
 )
-
-MakeCache = Callable[..., Awaitable[CacheServer]]
 
 
 def proxy_port(cache: CacheServer) -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
 from aiohttp import web
 
 from harvest_cache.server.app import CacheServer
 from tests.support import (
+    MakeCache,
     Origin,
     RawServer,
     closed_by_peer,
@@ -21,8 +21,6 @@ from tests.support import (
     request_bytes,
     wait_until,
 )
-
-MakeCache = Callable[..., Awaitable[CacheServer]]
 
 
 async def ok(request: web.Request) -> web.Response:

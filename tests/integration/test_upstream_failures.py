@@ -22,6 +22,7 @@ from aiohttp import web
 
 from harvest_cache.server.app import CacheServer
 from tests.support import (
+    MakeCache,
     Origin,
     RawServer,
     closed_by_peer,
@@ -33,8 +34,6 @@ from tests.support import (
     read_response,
     request_bytes,
 )
-
-MakeCache = Callable[..., Awaitable[CacheServer]]
 
 
 class ScriptedDNS(asyncio.DatagramProtocol):

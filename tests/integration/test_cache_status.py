@@ -1,0 +1,54 @@
+"""Cache-Status (RFC 9211) on the answers the cache makes itself and on what it did not store."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from tests.support import (
+    MakeCache,
+    Origin,
+    ProxyClient,
+    free_port,
+    our_cache_status,
+    proxy_client,
+)
+
+
+async def big(request: web.Request) -> web.Response:
+    return web.Response(body=b"b" * (2 << 20), headers={"Cache-Control": "max-age=60"})
+
+
+async def test_an_object_over_max_object_size_is_not_claimed_stored(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    origin.route("/big", big)
+    cache = await make_cache(cache={"max_object_mb": 1})
+    async with proxy_client(cache) as client:
+        first, body = await client.get(origin.url("/big"))
+        second, _ = await client.get(origin.url("/big"))
+    assert len(body) == 2 << 20
+    assert our_cache_status(first) == {"fwd": "uri-miss", "fwd-status": "200"}
+    assert our_cache_status(second).get("hit") is None
+    assert origin.hits["/big"] == 2
+
+
+async def test_only_if_cached_miss_says_why(origin: Origin, client: ProxyClient) -> None:
+    resp, _ = await client.get(origin.url("/absent"), headers={"Cache-Control": "only-if-cached"})
+    assert resp.status == 504
+    assert our_cache_status(resp) == {"detail": "only-if-cached"}
+    assert origin.hits["/absent"] == 0
+
+
+async def test_denied_client_gets_a_cache_status(origin: Origin, make_cache: MakeCache) -> None:
+    cache = await make_cache(access={"allow": ["10.0.0.0/8"]})
+    async with proxy_client(cache) as client:
+        resp, _ = await client.get(origin.url("/x"))
+    assert resp.status == 403
+    assert our_cache_status(resp) == {"detail": "denied"}
+
+
+async def test_upstream_failure_names_its_kind(client: ProxyClient) -> None:
+    resp, body = await client.get(f"http://127.0.0.1:{free_port()}/nothing-here")
+    assert resp.status == 502
+    assert our_cache_status(resp) == {"fwd": "miss", "detail": "connect_refused"}
+    assert b"refused" in body
