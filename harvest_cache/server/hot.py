@@ -47,6 +47,7 @@ class HotEntry:
     prefix: bytes  # status line and stored fields with Via, without Age and Cache-Status
     expires_at: float  # wall clock: fresh until then
     received_at: float  # wall clock at which the response's age was zero
+    body: bytes
     get_tail: bytes  # the access-log line's fields after the size, for GET and for HEAD
     head_tail: bytes
 
@@ -86,6 +87,7 @@ class HotIndex:
             prefix,
             now + ttl,
             now - age,
+            obj.body,
             line_tail("GET", key, content_type=content_type),
             line_tail("HEAD", key, content_type=content_type),
         )
@@ -99,10 +101,8 @@ class HotIndex:
             return None
         return entry
 
-    def response(
-        self, entry: HotEntry, now: float, head_only: bool, close: bool, http10: bool
-    ) -> bytes:
-        """The full response bytes for one hit."""
+    def head(self, entry: HotEntry, now: float, close: bool, http10: bool) -> bytes:
+        """The response head for one hit (the body is ``entry.body``)."""
         if close:
             tail = b"Connection: close\r\n\r\n"
         else:
@@ -114,9 +114,7 @@ class HotIndex:
             int(entry.expires_at - now),
             tail,
         )
-        body = entry.obj.body
-        assert isinstance(body, bytes)
-        return head if head_only else head + body
+        return head
 
     def __len__(self) -> int:
         return len(self._entries)
