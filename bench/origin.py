@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import time
 from email.utils import formatdate
 from types import ModuleType
 
@@ -70,6 +71,18 @@ MISS_HEAD = _head(b"200 OK", KIB, b"max-age=3600", b'"miss"')
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 
+_date: tuple[int, bytes] = (0, b"")
+
+
+def date_field() -> bytes:
+    """The Date field line for the current second (caches rely on it to compute ages)."""
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n")
+    return _date[1]
+
+
 class Origin(asyncio.Protocol):
     served = 0
 
@@ -87,14 +100,17 @@ class Origin(asyncio.Protocol):
             end = self.buf.find(b"\r\n\r\n")
             if end < 0:
                 break
-            head, self.buf = self.buf[:end], self.buf[end + 4 :]
-            out.append(self.respond(head))
+            request, self.buf = self.buf[:end], self.buf[end + 4 :]
+            head, body = self.respond(request)
+            cut = head.index(b"\r\n") + 2  # the Date field goes right after the status line
+            out += [head[:cut], date_field(), head[cut:], body]
         if out and self.transport is not None:
             self.transport.writelines(out)
         if len(self.buf) > MAX_HEAD and self.transport is not None:
             self.transport.close()
 
-    def respond(self, head: bytes) -> bytes:
+    def respond(self, head: bytes) -> tuple[bytes, bytes]:
+        """The response head (without Date) and body for one request head."""
         Origin.served += 1
         line, _, fields = head.partition(b"\r\n")
         method, _, rest = line.partition(b" ")
@@ -106,27 +122,32 @@ class Origin(asyncio.Protocol):
         with_body = method != b"HEAD"
         if path.startswith(b"/miss/"):
             body = (target + b" ").ljust(KIB, b".")[:KIB]
-            return MISS_HEAD + body if with_body else MISS_HEAD
+            return MISS_HEAD, body if with_body else b""
         if path.startswith(b"/reval/"):
             for field in fields.split(b"\r\n"):
                 name, _, value = field.partition(b":")
                 if name.strip().lower() == b"if-none-match" and ETAG in value:
-                    return REVAL_304
-            return REVAL_200 + bytes(KIB) if with_body else REVAL_200
+                    return REVAL_304, b""
+            return REVAL_200, bytes(KIB) if with_body else b""
         obj = OBJECTS.get(path)
         if obj is not None:
-            return obj[0] + obj[1] if with_body else obj[0]
+            return obj[0], obj[1] if with_body else b""
         if path == b"/__stats":
             text = f"requests {Origin.served}\n".encode()
-            return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text)
-        return NOT_FOUND
+            return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(text), text
+        return NOT_FOUND, b""
 
 
 async def serve(host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
+
+    def finish() -> None:
+        if not stop.done():
+            stop.set_result(None)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+        loop.add_signal_handler(sig, finish)
     server = await loop.create_server(Origin, host, port, backlog=4096, reuse_address=True)
     async with server:
         await stop

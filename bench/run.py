@@ -753,6 +753,11 @@ def check(scn: Scenario, res: ScenarioResult, logged: bool) -> list[str]:
             f"the proxy used {res.proxy_cpu_percent:.0f}% of its core: the client or the origin"
             " may be the bottleneck"
         )
+    if res.client_cpu_percent + res.origin_cpu_percent >= 90:
+        problems.append(
+            f"wrk and the origin used {res.client_cpu_percent + res.origin_cpu_percent:.0f}% of"
+            f" core {CLIENT_CPU}: the client may be the bottleneck"
+        )
     if logged:
         total = sum(res.log_codes.values())
         good = sum(n for code, n in res.log_codes.items() if scn.expect in code)

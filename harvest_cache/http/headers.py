@@ -34,39 +34,48 @@ def split_list(value: str) -> list[str]:
 class Headers:
     """An ordered list of (name, value) fields with case-insensitive lookup."""
 
-    __slots__ = ("_items",)
+    __slots__ = ("_index", "_items")
 
     def __init__(self, items: Iterable[tuple[str, str]] = ()) -> None:
         self._items: list[tuple[str, str]] = list(items)
+        # Lowercased name -> values, built on the first lookup and dropped on any change:
+        # a message's fields are looked up many times for each time they change.
+        self._index: dict[str, list[str]] | None = None
 
     @classmethod
     def from_raw(cls, raw: Iterable[tuple[bytes, bytes]]) -> Headers:
         return cls((n.decode("latin-1"), v.decode("latin-1")) for n, v in raw)
 
+    def _lookup(self) -> dict[str, list[str]]:
+        index = self._index
+        if index is None:
+            index = {}
+            for n, v in self._items:
+                index.setdefault(n.lower(), []).append(v)
+            self._index = index
+        return index
+
     def get(self, name: str) -> str | None:
         """All values of ``name`` joined with ", " (RFC 9110 5.3), or None if absent."""
-        values = self.get_all(name)
+        values = self._lookup().get(name.lower())
         return ", ".join(values) if values else None
 
     def get_all(self, name: str) -> list[str]:
-        lname = name.lower()
-        return [v for n, v in self._items if n.lower() == lname]
+        return list(self._lookup().get(name.lower(), ()))
 
     def get_list(self, name: str) -> list[str]:
         """The members of a list-valued field across all its lines."""
         out: list[str] = []
-        for v in self.get_all(name):
+        for v in self._lookup().get(name.lower(), ()):
             out.extend(split_list(v))
         return out
 
     def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str):
-            return False
-        lname = name.lower()
-        return any(n.lower() == lname for n, _ in self._items)
+        return isinstance(name, str) and name.lower() in self._lookup()
 
     def add(self, name: str, value: str) -> None:
         self._items.append((name, value))
+        self._index = None
 
     def set(self, name: str, value: str) -> None:
         """Replace every line of ``name`` with one line holding ``value``."""
@@ -75,7 +84,10 @@ class Headers:
 
     def remove(self, *names: str) -> None:
         lnames = {n.lower() for n in names}
-        self._items = [(n, v) for n, v in self._items if n.lower() not in lnames]
+        index = self._lookup()
+        if any(n in index for n in lnames):
+            self._items = [(n, v) for n, v in self._items if n.lower() not in lnames]
+            self._index = None
 
     def items(self) -> list[tuple[str, str]]:
         return list(self._items)
