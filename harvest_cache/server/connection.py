@@ -9,9 +9,8 @@ slow-loris clients) and an idle timeout between requests.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 import httptools
@@ -219,7 +218,6 @@ class ClientConnection(asyncio.Protocol):
             headers=headers,
             keep_alive=parser.should_keep_alive(),
             started=self._loop.time(),
-            wall=time.time(),
         )
         self._url = bytearray()
         self._raw_headers = []
@@ -291,9 +289,6 @@ class ClientConnection(asyncio.Protocol):
             transport.write_eof()
         self._loop.call_later(_LINGER, self.close)
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        return self._tasks.spawn(coro, name)
-
     def _enqueue(self, req: Request) -> None:
         self._queue.append(req)
         if len(self._queue) > _MAX_QUEUED:
@@ -339,7 +334,6 @@ class ClientConnection(asyncio.Protocol):
             headers=Headers(),
             keep_alive=False,
             started=self._loop.time(),
-            wall=time.time(),
             error=error,
         )
         self._enqueue(req)

@@ -83,10 +83,6 @@ class Fetcher:
         self._spawn = spawn
         self._flights: dict[str, Flight] = {}
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._flights)
-
     def join_or_start(
         self,
         req: Request,

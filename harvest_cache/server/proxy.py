@@ -146,7 +146,7 @@ class Proxy:
         )
 
     async def handle(self, req: Request, conn: ClientConnection) -> None:
-        tx = Transaction(req.wall, req.started, conn.client_ip, req.method, req.target)
+        tx = Transaction(req.started, conn.client_ip, req.method, req.target)
         reply = Reply(conn, req)
         try:
             if req.error is not None:

@@ -83,7 +83,6 @@ class Request:
     headers: Headers
     keep_alive: bool
     started: float  # loop time when the head was complete
-    wall: float  # wall-clock time of the same moment, for the access log
     body: BodyStream | None = None
     chunked: bool = False
     content_length: int | None = None

@@ -10,7 +10,6 @@ class Transaction:
     """Squid's vocabulary: ``result`` is a result code (TCP_HIT, TCP_MISS...), ``hierarchy``
     a hierarchy code (HIER_NONE, HIER_DIRECT...), ``peer`` the address fetched from."""
 
-    wall: float
     started: float
     client: str
     method: str
