@@ -5,6 +5,8 @@
     HarvestCacheError
     ├── ConfigError              bad configuration; carries every problem found
     ├── RequestError             a client request we refuse; carries the status to answer
+    ├── store.disk.DiskError     a disk-tier operation failed (the store maps it to a miss)
+    ├── store.codec.CorruptRecord a stored record could not be decoded
     └── UpstreamError            the next hop failed; carries the status and a short cause
         ├── DNSFailure           502: the origin's name did not resolve
         ├── ConnectRefused       502: the origin refused the connection
@@ -13,8 +15,9 @@
         ├── UpstreamReset        502: the connection broke before the response head ended
         └── UpstreamProtocolError 502: the origin's response could not be parsed
 
-Third-party exceptions (OSError, dnspython, httptools) are mapped to these where the
-upstream and DNS modules call them; nothing else matches on exception text.
+Third-party exceptions (OSError, dnspython, httptools, diskcache and SQLite) are mapped to
+these where the upstream, DNS and store modules call them; nothing matches on exception text.
+The store's errors live beside the code that raises them and never reach the proxy.
 """
 
 from __future__ import annotations
