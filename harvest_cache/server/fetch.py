@@ -1,7 +1,8 @@
 """Fetching GET responses for the cache: one upstream exchange per flight, stored as it streams.
 
-A fetch runs in its own owned task, not in any one client's handler, so the object is
-completed and stored for the others even if the client that started it goes away.
+The first client's handler sends the request and waits for the head itself; a body still on
+its way is taken by an owned task, so the object is completed and stored for the others even
+if the client that started it goes away.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 from harvest_cache.config import Config
@@ -83,7 +85,7 @@ class Fetcher:
         self._spawn = spawn
         self._flights: dict[str, Flight] = {}
 
-    def join_or_start(
+    async def join_or_start(
         self,
         req: Request,
         target: Target,
@@ -91,7 +93,14 @@ class Fetcher:
         stored: StoredObject | None,
         client_ip: str,
     ) -> tuple[Flight, FlightReader, bool]:
-        """A reader of the flight for ``key``: an existing one's (joined=True) or a new one's."""
+        """A reader of the flight for ``key``: an existing one's (joined=True) or a new one's.
+
+        A new flight's fetch runs in the calling client's handler up to the response head:
+        a handler is never cancelled when its client leaves, so the fetch goes on regardless,
+        and a miss costs no task of its own. The body is taken inline when it has already
+        arrived whole (so the caller finds it all in the flight), else by an owned task that
+        streams it while the caller reads.
+        """
         flight = self._flights.get(key)
         if flight is not None:
             reader = flight.join()
@@ -102,23 +111,14 @@ class Fetcher:
         assert first is not None
         self._flights[key] = flight
         head = stored.head if stored is not None else None
-        self._spawn(self._run(flight, req, target, head, client_ip), f"fetch {target.url}")
+        await self._run(flight, target, self._fetch_head(flight, req, target, head, client_ip))
         return flight, first, False
 
-    async def _run(
-        self,
-        flight: Flight,
-        req: Request,
-        target: Target,
-        stored: StoredHead | None,
-        client_ip: str,
-    ) -> None:
+    async def _run(self, flight: Flight, target: Target, step: Coroutine[Any, Any, None]) -> None:
+        """Run one step of a fetch; a failure fails the flight, and the flight is retired
+        once it is over."""
         try:
-            try:
-                await self._fetch(flight, req, target, stored, client_ip)
-            except _Mismatch:
-                # The 304 was for some other response: ask again, unconditionally.
-                await self._fetch(flight, req, target, None, client_ip)
+            await step
         except UpstreamError as e:
             flight.fail(e)
         except asyncio.CancelledError:
@@ -128,8 +128,29 @@ class Fetcher:
             log.exception("fetch of %s failed", target.url)
             flight.fail(UpstreamProtocolError(f"internal error: {type(e).__name__}"))
         finally:
-            if self._flights.get(flight.key) is flight:
+            if flight.over and self._flights.get(flight.key) is flight:
                 del self._flights[flight.key]
+
+    async def _fetch_head(
+        self,
+        flight: Flight,
+        req: Request,
+        target: Target,
+        stored: StoredHead | None,
+        client_ip: str,
+    ) -> None:
+        try:
+            body = await self._fetch(flight, req, target, stored, client_ip)
+        except _Mismatch:
+            # The 304 was for some other response: ask again, unconditionally.
+            body = await self._fetch(flight, req, target, None, client_ip)
+        if body is None:
+            return
+        step, whole = body
+        if whole:
+            await step
+        else:
+            self._spawn(self._run(flight, target, step), f"fetch {target.url}")
 
     async def _fetch(
         self,
@@ -138,7 +159,9 @@ class Fetcher:
         target: Target,
         stored: StoredHead | None,
         client_ip: str,
-    ) -> None:
+    ) -> tuple[Coroutine[Any, Any, None], bool] | None:
+        """Send the request and publish the response head; returns the step that takes the
+        body, and whether the body has already arrived whole (None: nothing more to do)."""
         headers = upstream_headers(req, target, client_ip, self._name, self._config)
         if stored is not None:
             for name, value in conditional_headers(stored):
@@ -150,16 +173,21 @@ class Fetcher:
         exchange = await send(self._pool, out, self._config.upstream.read_timeout)
         response_time = time.time()
         try:
-            await self._receive(flight, req, target, stored, exchange, request_time, response_time)
+            writer = await self._receive_head(
+                flight, req, target, stored, exchange, request_time, response_time
+            )
         except _Mismatch:
             exchange.release()
             raise
         except BaseException:
             exchange.abort()
             raise
-        exchange.release()
+        if writer is None:
+            exchange.release()
+            return None
+        return self._receive_body(flight, exchange, *writer), exchange.complete
 
-    async def _receive(
+    async def _receive_head(
         self,
         flight: Flight,
         req: Request,
@@ -168,7 +196,9 @@ class Fetcher:
         exchange: Exchange,
         request_time: float,
         response_time: float,
-    ) -> None:
+    ) -> tuple[ObjectWriter | None, StoredHead] | None:
+        """Publish the head; returns the body's writer (None: not stored) and the head to
+        store it under, or None when the exchange is over (a 304)."""
         head = exchange.head
         headers = forwarding.end_to_end(head.headers)
         forwarding.ensure_date(headers, response_time)
@@ -182,7 +212,7 @@ class Fetcher:
                 FlightHead(304, head.reason, headers, True, exchange.peer_ip, fresh.vary_key, fresh)
             )
             flight.finish()
-            return
+            return None
         decision = storable(
             "GET",
             req.headers,
@@ -216,6 +246,22 @@ class Fetcher:
         )
         stored_headers = headers.copy()
         stored_headers.remove(*decision.omit_fields)
+        to_store = StoredHead(
+            target.url,
+            head.status,
+            head.reason,
+            tuple(stored_headers),
+            request_time,
+            response_time,
+            0,
+            selecting,
+        )
+        return writer, to_store
+
+    async def _receive_body(
+        self, flight: Flight, exchange: Exchange, writer: ObjectWriter | None, head: StoredHead
+    ) -> None:
+        """Take the body into the flight (and the store), then end the exchange."""
         size = 0
         try:
             while chunk := await exchange.read():
@@ -227,22 +273,13 @@ class Fetcher:
                     raise UpstreamReset("every client left")
                 await flight.publish(chunk)
             if writer is not None:
-                await writer.commit(
-                    StoredHead(
-                        target.url,
-                        head.status,
-                        head.reason,
-                        tuple(stored_headers),
-                        request_time,
-                        response_time,
-                        size,
-                        selecting,
-                    )
-                )
+                await writer.commit(replace(head, body_length=size))
         except BaseException:
+            exchange.abort()
             if writer is not None:
                 await asyncio.shield(writer.abort())
             raise
+        exchange.release()
         flight.finish()
 
     async def _marker(self, url: str, names: tuple[str, ...]) -> VaryMarker:

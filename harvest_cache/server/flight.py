@@ -55,6 +55,11 @@ class Flight:
     def readers(self) -> int:
         return len(self._cursors)
 
+    @property
+    def over(self) -> bool:
+        """Whether the fetch has finished or failed (nothing more will be published)."""
+        return self._done
+
     def join(self) -> FlightReader | None:
         """A reader from the first byte, or None if early chunks are already dropped."""
         if self._first > 0:

@@ -314,10 +314,12 @@ class Proxy:
         reply: Reply,
         conn: ClientConnection,
     ) -> None:
-        flight, reader, joined = self._fetcher.join_or_start(
-            req, target, key, stored, conn.client_ip
-        )
-        _close_body(stored)
+        try:
+            flight, reader, joined = await self._fetcher.join_or_start(
+                req, target, key, stored, conn.client_ip
+            )
+        finally:
+            _close_body(stored)
         try:
             head = await flight.head
             if joined and not _shareable_for(head, req):

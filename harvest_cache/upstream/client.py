@@ -41,6 +41,11 @@ class Exchange:
     def peer_ip(self) -> str:
         return self._conn.peer_ip
 
+    @property
+    def complete(self) -> bool:
+        """Whether the whole response has arrived (what is left to read is buffered)."""
+        return self._conn.complete
+
     async def read(self) -> bytes:
         """The next body chunk; b"" once the body is complete."""
         return await self._conn.read()
