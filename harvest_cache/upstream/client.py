@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -90,14 +89,13 @@ async def send(pool: Pool, req: OutgoingRequest, read_timeout: float) -> Exchang
         reused = conn is not None
         if conn is None:
             conn = await pool.connect(req.host, req.port)
-        head_future = conn.begin(req.method == "HEAD", read_timeout)
+        conn.begin(req.method == "HEAD", read_timeout)
         try:
             await conn.write(req.head)
             if req.body is not None:
                 await _send_body(conn, req)
-            async with asyncio.timeout(read_timeout):
-                head = await head_future
-        except TimeoutError:
+            head = await conn.response_head()
+        except ReadTimeout:
             conn.close()
             raise ReadTimeout(
                 f"no response from {req.host}:{req.port} within {read_timeout:g} s"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import cast
+from typing import Any, cast
 
 import httptools
 
@@ -154,10 +154,10 @@ class UpstreamConnection(asyncio.Protocol):
 
     # -- the exchange ------------------------------------------------------------------------
 
-    def begin(self, head_only: bool, read_timeout: float) -> asyncio.Future[ResponseHead]:
-        """Start a new exchange; the future resolves with the final response head.
+    def begin(self, head_only: bool, read_timeout: float) -> None:
+        """Start a new exchange; ``response_head`` then waits for its final head.
 
-        ``read_timeout`` bounds each wait for body bytes.
+        ``read_timeout`` bounds that wait and each wait for body bytes.
         """
         self._read_timeout = read_timeout
         self._close_delimited = False
@@ -171,7 +171,6 @@ class UpstreamConnection(asyncio.Protocol):
         self._head_only = head_only
         self._head = asyncio.get_running_loop().create_future()
         self.exchanges += 1
-        return self._head
 
     async def write(self, data: bytes) -> None:
         if self.transport is None or self.closed:
@@ -179,6 +178,14 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport.write(data)
         if not self._writable.is_set():
             await self._writable.wait()
+
+    async def response_head(self) -> ResponseHead:
+        """The final response head, within the read timeout (else ReadTimeout, closed)."""
+        head = self._head
+        assert head is not None, "no exchange in progress"
+        if not head.done():
+            await self._wait(head)
+        return head.result()
 
     async def read(self) -> bytes:
         """The next body chunk, b"" at the end of the body; raises on truncation or timeout."""
@@ -189,11 +196,7 @@ class UpstreamConnection(asyncio.Protocol):
                 return b""
             self._waiter = asyncio.get_running_loop().create_future()
             try:
-                async with asyncio.timeout(self._read_timeout):
-                    await self._waiter
-            except TimeoutError:
-                self.close()
-                raise ReadTimeout(f"the origin sent nothing for {self._read_timeout:g} s") from None
+                await self._wait(self._waiter)
             finally:
                 self._waiter = None
         chunk = self._chunks.popleft()
@@ -202,6 +205,21 @@ class UpstreamConnection(asyncio.Protocol):
             self._paused = False
             self.transport.resume_reading()
         return chunk
+
+    async def _wait(self, event: asyncio.Future[Any]) -> None:
+        # A plain timer rather than asyncio.timeout(): one per wait, on every miss, and a
+        # timer callback that fails the exchange is all a timeout needs to do here.
+        timer = asyncio.get_running_loop().call_later(self._read_timeout, self._time_out)
+        try:
+            await event
+        finally:
+            timer.cancel()
+        if self._error is not None and isinstance(self._error, ReadTimeout):
+            raise self._error
+
+    def _time_out(self) -> None:
+        self._fail(ReadTimeout(f"the origin sent nothing for {self._read_timeout:g} s"))
+        self.close()
 
     @property
     def complete(self) -> bool:
