@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 
 # RFC 9211 2.2: why the request went forward.
 FWD_REASONS = frozenset(
@@ -35,6 +36,23 @@ def cache_status(
     """Our Cache-Status member. ``hit`` and ``fwd`` exclude each other: a hit was not
     forwarded (RFC 9211 2.1, 2.2). ``ttl`` is rounded down, so a stale response shows a
     negative one; ``collapsed`` means the request joined another's forward request."""
+    if ttl is not None:
+        ttl = max(-_SF_INTEGER_MAX, min(math.floor(ttl), _SF_INTEGER_MAX))
+    return _member(name, hit, fwd, fwd_status, stored, collapsed, ttl, detail)
+
+
+# Answers repeat endlessly (a miss's member differs only by status), so each is made once.
+@lru_cache(maxsize=1024)
+def _member(
+    name: str,
+    hit: bool,
+    fwd: str | None,
+    fwd_status: int | None,
+    stored: bool,
+    collapsed: bool,
+    ttl: int | None,
+    detail: str | None,
+) -> str:
     if hit and fwd is not None:
         raise ValueError("a Cache-Status hit was not forwarded: give hit or fwd, not both")
     if fwd is not None and fwd not in FWD_REASONS:
@@ -51,7 +69,7 @@ def cache_status(
     if collapsed:
         params.append("collapsed")
     if ttl is not None:
-        params.append(f"ttl={max(-_SF_INTEGER_MAX, min(math.floor(ttl), _SF_INTEGER_MAX))}")
+        params.append(f"ttl={ttl}")
     if detail is not None:
         params.append(f"detail={_item(detail)}")
     return "; ".join(params)

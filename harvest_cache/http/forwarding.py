@@ -28,6 +28,8 @@ HOP_BY_HOP = frozenset(
 
 def end_to_end(headers: Headers) -> Headers:
     """A copy without hop-by-hop fields and without the fields that Connection names."""
+    if headers.names().isdisjoint(HOP_BY_HOP):  # Connection is one: nothing to drop
+        return headers.copy()
     named = {n.lower() for n in headers.get_list("Connection")}
     drop = HOP_BY_HOP | named
     return Headers((n, v) for n, v in headers if n.lower() not in drop)

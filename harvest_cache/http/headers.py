@@ -5,7 +5,7 @@ Values are ``str`` decoded as Latin-1, so any byte a peer sends survives a round
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, KeysView
 
 
 def split_list(value: str) -> list[str]:
@@ -75,12 +75,17 @@ class Headers:
 
     def add(self, name: str, value: str) -> None:
         self._items.append((name, value))
-        self._index = None
+        if self._index is not None:
+            self._index.setdefault(name.lower(), []).append(value)
 
     def set(self, name: str, value: str) -> None:
         """Replace every line of ``name`` with one line holding ``value``."""
         self.remove(name)
-        self._items.append((name, value))
+        self.add(name, value)
+
+    def names(self) -> KeysView[str]:
+        """The lowercased names present."""
+        return self._lookup().keys()
 
     def remove(self, *names: str) -> None:
         lnames = {n.lower() for n in names}

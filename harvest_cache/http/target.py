@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from harvest_cache.errors import RequestError
@@ -44,8 +46,32 @@ def _check_host(host: str, raw: str) -> str:
     return host
 
 
+# "scheme://authority" then a path or query of visible ASCII with no fragment: the targets
+# nearly every request carries, split without urlsplit, their origin part parsed once.
+_PLAIN = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/?#]*)([/?][!\x24-~]*)?")
+
+
 def parse_absolute(raw: str) -> Target:
     """Parse an absolute-form request target (RFC 9112 3.2.2); only ``http`` is proxied."""
+    plain = _PLAIN.fullmatch(raw)
+    if plain is None:
+        return _parse_absolute(raw)
+    try:
+        origin = _origin(plain[1])
+    except RequestError:
+        return _parse_absolute(raw)  # for the error that names the whole target
+    path = plain[2] or "/"
+    if path[0] == "?":
+        path = "/" + path
+    return Target(origin.scheme, origin.host, origin.port, path)
+
+
+@lru_cache(maxsize=1024)
+def _origin(prefix: str) -> Target:
+    return _parse_absolute(prefix + "/")
+
+
+def _parse_absolute(raw: str) -> Target:
     if raw.startswith("/"):
         raise RequestError(400, "a proxy request must carry an absolute URL (http://host/path)")
     try:
