@@ -88,11 +88,12 @@ class Headers:
         return self._lookup().keys()
 
     def remove(self, *names: str) -> None:
-        lnames = {n.lower() for n in names}
         index = self._lookup()
-        if any(n in index for n in lnames):
-            self._items = [(n, v) for n, v in self._items if n.lower() not in lnames]
-            self._index = None
+        present = [n for n in map(str.lower, names) if n in index]
+        if present:
+            for n in present:
+                del index[n]  # the index stays valid: later lookups need no rebuild
+            self._items = [(n, v) for n, v in self._items if n.lower() in index]
 
     def items(self) -> list[tuple[str, str]]:
         return list(self._items)
