@@ -113,6 +113,17 @@ class Flight:
                 return b""
             await asyncio.shield(self._changed)
 
+    def _read_whole(self, rid: int, limit: int) -> bytes | None:
+        if not self._done or self._error is not None:
+            return None
+        index = self._cursors[rid] - self._first
+        rest = self._chunks[index:]
+        if sum(map(len, rest)) > limit:
+            return None
+        self._cursors[rid] = self._first + len(self._chunks)
+        self._trim()
+        return b"".join(rest)
+
     def _leave(self, rid: int) -> None:
         if self._cursors.pop(rid, None) is not None:
             self._trim()
@@ -149,6 +160,11 @@ class FlightReader:
     async def read(self) -> bytes:
         """The next chunk, b"" at the end; raises the fetch's error if it failed."""
         return await self._flight._read(self._rid)
+
+    def read_whole(self, limit: int) -> bytes | None:
+        """The rest of the body at once, if the fetch has ended well and it is at most
+        ``limit`` bytes; else None, and nothing is consumed."""
+        return self._flight._read_whole(self._rid, limit)
 
     def close(self) -> None:
         self._flight._leave(self._rid)

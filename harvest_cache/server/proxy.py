@@ -359,9 +359,13 @@ class Proxy:
                     collapsed=joined,
                 ),
             )
-            reply.start(head.status, head.reason, headers, content_length(head.headers))
-            while chunk := await reader.read():
-                await reply.write(chunk)
+            whole = reader.read_whole(_COALESCE)
+            reply.start(
+                head.status, head.reason, headers, content_length(head.headers), whole or b""
+            )
+            if whole is None:
+                while chunk := await reader.read():
+                    await reply.write(chunk)
             await reply.end()
         finally:
             reader.close()
@@ -394,12 +398,16 @@ class Proxy:
         else:
             value = cache_status(self.name, hit=False, fwd=detail, fwd_status=fwd_status, ttl=ttl)
         headers.set("Cache-Status", value)
-        reply.start(status, reason, headers, length)
         if status == 304 or req.method == "HEAD":
             _close_body(obj)
+            reply.start(status, reason, headers, length)
+        elif isinstance(obj.body, bytes) and len(obj.body) < _COALESCE:
+            reply.start(status, reason, headers, length, obj.body)
         elif isinstance(obj.body, bytes):
+            reply.start(status, reason, headers, length)
             await reply.write(obj.body)
         else:
+            reply.start(status, reason, headers, length)
             await reply.send_file(obj.body)
         await reply.end()
 

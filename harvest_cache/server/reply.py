@@ -42,8 +42,14 @@ class Reply:
     def started(self) -> bool:
         return self.status != 0
 
-    def start(self, status: int, reason: str, headers: Headers, length: int | None) -> None:
-        """Send the head; ``headers`` are end-to-end fields, ``length`` the body's if known."""
+    def start(
+        self, status: int, reason: str, headers: Headers, length: int | None, body: bytes = b""
+    ) -> None:
+        """Send the head; ``headers`` are end-to-end fields, ``length`` the body's if known.
+
+        ``body``, the start of the body (or all of it), goes in the same write: one send for a
+        small response instead of two.
+        """
         conn, req = self._conn, self._req
         self.status = status
         self.content_type = headers.get("Content-Type") or "-"
@@ -65,17 +71,22 @@ class Reply:
             headers.add("Connection", "keep-alive")
         data = response_head(status, reason, headers)
         self.bytes_sent += len(data)
+        if body and not self._no_body:
+            if conn.closed:
+                raise ClientGone  # as write() would: the head counted, the body not
+            data += self._frame(body)
+            self.bytes_sent += len(body)
         conn.write(data)
+
+    def _frame(self, chunk: bytes) -> bytes:
+        return b"%x\r\n%b\r\n" % (len(chunk), chunk) if self._chunked else chunk
 
     async def write(self, chunk: bytes) -> None:
         if self._conn.closed:
             raise ClientGone
         if self._no_body or not chunk:
             return
-        if self._chunked:
-            self._conn.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-        else:
-            self._conn.write(chunk)
+        self._conn.write(self._frame(chunk))
         self.bytes_sent += len(chunk)
         await self._conn.drain()
 
