@@ -26,13 +26,14 @@ HOP_BY_HOP = frozenset(
 )
 
 
-def end_to_end(headers: Headers) -> Headers:
-    """A copy without hop-by-hop fields and without the fields that Connection names."""
-    if headers.names().isdisjoint(HOP_BY_HOP):  # Connection is one: nothing to drop
+def end_to_end(headers: Headers, without: frozenset[str] = frozenset()) -> Headers:
+    """A copy without hop-by-hop fields, the fields that Connection names, and the fields
+    ``without`` names (lowercased)."""
+    drop = HOP_BY_HOP | without
+    if headers.names().isdisjoint(drop):  # Connection is hop-by-hop: nothing to drop
         return headers.copy()
-    named = {n.lower() for n in headers.get_list("Connection")}
-    drop = HOP_BY_HOP | named
-    return Headers((n, v) for n, v in headers if n.lower() not in drop)
+    drop |= {n.lower() for n in headers.get_list("Connection")}
+    return Headers([(n, v) for n, v in headers if n.lower() not in drop])
 
 
 def ensure_date(headers: Headers, now: float) -> None:

@@ -44,7 +44,10 @@ class Headers:
 
     @classmethod
     def from_raw(cls, raw: Iterable[tuple[bytes, bytes]]) -> Headers:
-        return cls((n.decode("latin-1"), v.decode("latin-1")) for n, v in raw)
+        headers = cls.__new__(cls)  # the list is built here, so __init__'s copy is skipped
+        headers._items = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in raw]
+        headers._index = None
+        return headers
 
     def _lookup(self) -> dict[str, list[str]]:
         index = self._index

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -21,15 +21,16 @@ class Target:
     host: str
     port: int
     path: str
+    # Made once: a request asks for them several times.
+    authority: str = field(init=False, compare=False, repr=False)
+    url: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def authority(self) -> str:
+    def __post_init__(self) -> None:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port == _DEFAULT_PORTS.get(self.scheme) else f"{host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://{self.authority}{self.path}"
+        port = self.port
+        authority = host if port == _DEFAULT_PORTS.get(self.scheme) else f"{host}:{port}"
+        object.__setattr__(self, "authority", authority)
+        object.__setattr__(self, "url", f"{self.scheme}://{authority}{self.path}")
 
 
 def _check_host(host: str, raw: str) -> str:

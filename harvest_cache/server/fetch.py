@@ -41,6 +41,10 @@ class _Mismatch(Exception):
     """A 304 whose validators do not select the stored response (RFC 9111 4.3.4)."""
 
 
+# Request fields the proxy does not pass on as they came.
+_REPLACED_REQUEST_FIELDS = frozenset({"expect", "host"})
+
+
 def variant_key(url: str, marker: VaryMarker, selecting: str) -> str:
     return f"{url}\x00{marker.generation}\x00{selecting}"
 
@@ -54,10 +58,9 @@ def upstream_headers(
     req: Request, target: Target, client_ip: str, name: str, config: Config
 ) -> Headers:
     """The request's fields as sent upstream (RFC 9110 7.6, RFC 9112 3.2.2)."""
-    headers = forwarding.end_to_end(req.headers)
     # The proxy answered any 100-continue itself, and Host must match the absolute target.
-    headers.remove("Expect", "Host")
-    headers = Headers([("Host", target.authority), *headers])
+    fields = forwarding.end_to_end(req.headers, _REPLACED_REQUEST_FIELDS)
+    headers = Headers([("Host", target.authority), *fields])
     forwarding.add_via(headers, req.version, name)
     forwarding.apply_x_forwarded_for(headers, config.access.x_forwarded_for, client_ip)
     if req.method in ("OPTIONS", "TRACE"):
