@@ -7,7 +7,7 @@ request is answered by ``conditional``.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.dates import format_http_date, header_date
@@ -113,6 +113,4 @@ def freshen(
     private = parse_cache_control(Headers(items).get_all("Cache-Control")).private_fields
     if private:
         items = [(n, v) for n, v in items if n.lower() not in private]
-    return replace(
-        stored, headers=tuple(items), request_time=request_time, response_time=response_time
-    )
+    return stored.revalidated(tuple(items), request_time, response_time)

@@ -12,7 +12,6 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import replace
 from typing import Any
 
 from harvest_cache.config import Config
@@ -276,7 +275,7 @@ class Fetcher:
                     raise UpstreamReset("every client left")
                 await flight.publish(chunk)
             if writer is not None:
-                await writer.commit(replace(head, body_length=size))
+                await writer.commit(head.with_body_length(size))
         except BaseException:
             exchange.abort()
             if writer is not None:

@@ -24,6 +24,36 @@ class StoredHead:
     body_length: int
     vary_key: str = ""
 
+    # Copies with some fields changed, made directly: dataclasses.replace() costs twice as
+    # much, and these run on every miss and revalidation.
+
+    def with_body_length(self, body_length: int) -> StoredHead:
+        return StoredHead(
+            self.url,
+            self.status,
+            self.reason,
+            self.headers,
+            self.request_time,
+            self.response_time,
+            body_length,
+            self.vary_key,
+        )
+
+    def revalidated(
+        self, headers: tuple[tuple[str, str], ...], request_time: float, response_time: float
+    ) -> StoredHead:
+        """With the fields and exchange times of a validation."""
+        return StoredHead(
+            self.url,
+            self.status,
+            self.reason,
+            headers,
+            request_time,
+            response_time,
+            self.body_length,
+            self.vary_key,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class VaryMarker:

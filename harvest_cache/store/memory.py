@@ -7,7 +7,6 @@ and a relink (``OrderedDict.move_to_end``, O(1) in C): no locks, no I/O, no allo
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import replace
 
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import Found, StoredObject
@@ -94,7 +93,7 @@ class MemoryTier:
             return
         old = entry[0]
         # The body is unchanged, so its length is kept whatever the new head says.
-        head = replace(head, body_length=old.head.body_length)
+        head = head.with_body_length(old.head.body_length)
         self.put(key, StoredObject(head, old.body, old.tier))
 
     def delete(self, key: str) -> None:
