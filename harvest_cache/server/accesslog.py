@@ -18,6 +18,7 @@ import logging
 import string
 from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
 
@@ -66,6 +67,7 @@ def _field(text: str | None) -> str:
     return quote(text, safe=_SAFE, errors="surrogateescape")
 
 
+@lru_cache(maxsize=256)  # a handful of types, on every line
 def _mime_type(content_type: str | None) -> str:
     """Like Squid, the media type alone: the Content-Type up to a ``;``, space or tab."""
     mime = content_type.partition(";")[0].strip() if content_type else ""

@@ -140,9 +140,8 @@ class Proxy:
             tx.bytes_sent,
             tx.aborted,
         )
-        hierarchy = Hierarchy(tx.hierarchy)
         self._log.write(
-            head + line_tail(tx.method, tx.url, hierarchy, tx.peer, None, tx.content_type)
+            head + line_tail(tx.method, tx.url, tx.hierarchy, tx.peer, None, tx.content_type)
         )
 
     async def handle(self, req: Request, conn: ClientConnection) -> None:
@@ -174,7 +173,7 @@ class Proxy:
             status = cache_status(self.name, hit=False, detail=_DETAILS.get(e.status, "refused"))
             await self._fail(conn, req, tx, reply, e.status, e.reason, status, close=e.close)
         except UpstreamError as e:
-            tx.hierarchy = "HIER_DIRECT"
+            tx.hierarchy = Hierarchy.HIER_DIRECT
             status = cache_status(self.name, hit=False, fwd="miss", detail=e.kind)
             await self._fail(conn, req, tx, reply, e.status, e.cause, status, close=False)
         except ClientGone:
@@ -253,7 +252,7 @@ class Proxy:
             tx.result = "TCP_DENIED"
             raise RequestError(403, f"CONNECT to port {port} is not allowed")
         tx.result = "TCP_TUNNEL"
-        tx.hierarchy = "HIER_DIRECT"
+        tx.hierarchy = Hierarchy.HIER_DIRECT
         stats = await open_tunnel(host, port, conn, self._pool)
         tx.status = 200
         tx.peer = stats.peer
@@ -326,7 +325,7 @@ class Proxy:
                 reader.close()
                 await self._forward(req, target, conn, tx, reply, "TCP_MISS")
                 return
-            tx.hierarchy = "HIER_DIRECT"
+            tx.hierarchy = Hierarchy.HIER_DIRECT
             tx.peer = head.peer_ip
             if head.refreshed is not None:
                 reader.close()
@@ -423,7 +422,7 @@ class Proxy:
         result: str,
     ) -> None:
         tx.result = result
-        tx.hierarchy = "HIER_DIRECT"
+        tx.hierarchy = Hierarchy.HIER_DIRECT
         if req.body is not None and "100-continue" in (req.headers.get("Expect") or "").lower():
             conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         headers = upstream_headers(req, target, conn.client_ip, self.name, self._config)

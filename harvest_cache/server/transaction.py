@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harvest_cache.server.accesslog import Hierarchy
+
 
 @dataclass(slots=True)
 class Transaction:
@@ -17,7 +19,7 @@ class Transaction:
     result: str = "NONE"
     status: int = 0
     bytes_sent: int = 0
-    hierarchy: str = "HIER_NONE"
+    hierarchy: Hierarchy = Hierarchy.HIER_NONE
     peer: str = "-"
     content_type: str = "-"
     aborted: bool = False
