@@ -6,6 +6,7 @@ Values are ``str`` decoded as Latin-1, so any byte a peer sends survives a round
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, KeysView
+from functools import lru_cache
 
 
 def split_list(value: str) -> list[str]:
@@ -123,3 +124,12 @@ class Headers:
 
     def __repr__(self) -> str:
         return f"Headers({self._items!r})"
+
+
+@lru_cache(maxsize=4096)
+def stored_fields(items: tuple[tuple[str, str], ...]) -> Headers:
+    """One Headers, index built, shared by every caller with these stored fields: for
+    lookups only, never to be changed. A stored head is read by the policy several times per
+    request (freshness, validators, a 304's match) and never changes, so this saves building
+    and indexing a copy each time."""
+    return Headers(items)

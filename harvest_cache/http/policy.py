@@ -18,7 +18,7 @@ from harvest_cache.http.freshness import (
     explicit_lifetime,
     freshness_lifetime,
 )
-from harvest_cache.http.headers import Headers
+from harvest_cache.http.headers import Headers, stored_fields
 from harvest_cache.http.invalidation import invalidated_urls, invalidates
 from harvest_cache.http.validation import response_etag
 from harvest_cache.http.vary import vary_names
@@ -149,7 +149,7 @@ def evaluate(
     max-age=0 reaching a shared cache is an explicit wish that the cache honours.
     ``only-if-cached`` is the caller's: it answers 504 instead of validating.
     """
-    headers = Headers(stored.headers)
+    headers = stored_fields(stored.headers)
     cc = parse_cache_control(headers.get_all("Cache-Control"))
     lifetime = freshness_lifetime(
         stored.status, headers, cc, heuristic, response_time=stored.response_time

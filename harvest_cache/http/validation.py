@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.dates import format_http_date, header_date
 from harvest_cache.http.forwarding import end_to_end
-from harvest_cache.http.headers import Headers
+from harvest_cache.http.headers import Headers, stored_fields
 from harvest_cache.store.entry import StoredHead
 
 # Fields a 304 must not change in a stored response (RFC 9111 3.2): they describe the stored
@@ -62,7 +62,7 @@ def conditional_headers(stored: StoredHead) -> list[tuple[str, str]]:
     verbatim (some origins compare it as text), if it is a valid date. Both when both exist:
     an origin that understands If-None-Match ignores the other (RFC 9110 13.1.3).
     """
-    headers = Headers(stored.headers)
+    headers = stored_fields(stored.headers)
     out: list[tuple[str, str]] = []
     if (etag := response_etag(headers)) is not None:
         out.append(("If-None-Match", str(etag)))
@@ -80,7 +80,7 @@ def is_not_modified_for(stored: StoredHead, not_modified: Headers) -> bool:
     selects it (RFC 9111 4.3.4 speaks of choosing among several stored responses; Harvest
     validates one at a time).
     """
-    stored_headers = Headers(stored.headers)
+    stored_headers = stored_fields(stored.headers)
     new_etag = response_etag(not_modified)
     if new_etag is not None:
         old_etag = response_etag(stored_headers)
