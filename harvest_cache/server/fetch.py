@@ -175,7 +175,7 @@ class Fetcher:
         exchange = await send(self._pool, out, self._config.upstream.read_timeout)
         response_time = time.time()
         try:
-            writer = await self._receive_head(
+            storing = await self._receive_head(
                 flight, req, target, stored, exchange, request_time, response_time
             )
         except _Mismatch:
@@ -184,10 +184,10 @@ class Fetcher:
         except BaseException:
             exchange.abort()
             raise
-        if writer is None:
+        if storing is None:
             exchange.release()
             return None
-        return self._receive_body(flight, exchange, *writer), exchange.complete
+        return self._receive_body(flight, exchange, *storing), exchange.complete
 
     async def _receive_head(
         self,
