@@ -46,6 +46,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.idle_since = 0.0
         self.exchanges = 0
         self._parser: httptools.HttpResponseParser | None = None
+        # The parser of the last exchange when it ended cleanly: llhttp is then back at the
+        # start of a message, ready for the next response on this connection.
+        self._spare_parser: httptools.HttpResponseParser | None = None
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._reason = b""
         self._head: asyncio.Future[ResponseHead] | None = None
@@ -161,7 +164,8 @@ class UpstreamConnection(asyncio.Protocol):
         """
         self._read_timeout = read_timeout
         self._close_delimited = False
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser = self._spare_parser or httptools.HttpResponseParser(self)
+        self._spare_parser = None
         self._raw_headers = []
         self._reason = b""
         self._chunks.clear()
@@ -241,6 +245,9 @@ class UpstreamConnection(asyncio.Protocol):
 
     def finish(self) -> None:
         """End the exchange; the parser is dropped so stray bytes are noticed."""
+        if self._complete and self._error is None and not self._head_only:
+            # (after a HEAD response llhttp may still expect the body its head announced)
+            self._spare_parser = self._parser
         self._parser = None
         self._head = None
 
