@@ -94,6 +94,8 @@ class Headers:
         return self._lookup().keys()
 
     def remove(self, *names: str) -> None:
+        if not names:
+            return  # (callers pass lists that are usually empty: no index needed for those)
         index = self._lookup()
         present = [n for n in map(str.lower, names) if n in index]
         if present:

@@ -132,7 +132,7 @@ class Flight:
         lowest = min(self._cursors.values(), default=self._first + len(self._chunks))
         drop = lowest - self._first
         if drop > 0:
-            self._held -= sum(len(c) for c in self._chunks[:drop])
+            self._held -= sum(map(len, self._chunks[:drop]))
             del self._chunks[:drop]
             self._first = lowest
         if self._space is not None and not self._space.done() and self._held <= self.window:
