@@ -18,6 +18,8 @@ CONDITIONAL_FIELDS = (
     "If-Range",
 )
 
+_CONDITIONAL_NAMES = frozenset(name.lower() for name in CONDITIONAL_FIELDS)
+
 # Fields a 304 carries from the stored response (RFC 9110 15.4.5).
 NOT_MODIFIED_FIELDS = frozenset(
     {"cache-control", "content-location", "date", "etag", "expires", "vary"}
@@ -46,7 +48,7 @@ def not_modified(request: Headers, stored: Headers) -> bool:
 
 
 def has_conditionals(request: Headers) -> bool:
-    return any(name in request for name in CONDITIONAL_FIELDS)
+    return not request.names().isdisjoint(_CONDITIONAL_NAMES)
 
 
 def not_modified_headers(stored: Headers) -> Headers:
