@@ -81,6 +81,8 @@ class CacheServer:
         """Stop accepting, let requests in progress finish within ``grace``, then close all."""
         if self._server is not None:
             self._server.close()
+        for conn in list(self.connections):
+            conn.close_when_idle()  # so no worker waits on for a next request
         await self.tasks.drain(grace)
         for conn in list(self.connections):
             conn.close()

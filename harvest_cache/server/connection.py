@@ -60,7 +60,12 @@ class ClientConnection(asyncio.Protocol):
         self.must_close = False  # set by the handler when this response ends the connection
         self._parser = httptools.HttpRequestParser(self)
         self._queue: deque[Request] = deque()
+        # The handler task lives as long as the connection once a request needed it, waiting
+        # between requests: a keep-alive client's misses then cost no task each.
         self._worker: asyncio.Task[Any] | None = None
+        self._wakeup: asyncio.Future[None] | None = None  # set while the worker waits
+        self._handling = False
+        self._close_when_idle = False
         self._writable = asyncio.Event()
         self._writable.set()
         self._reading_paused = False
@@ -108,6 +113,7 @@ class ClientConnection(asyncio.Protocol):
             self._current.body.fail(RequestError(400, "the client closed the connection"))
         if self.tunnel_eof is not None:
             self.tunnel_eof()
+        self._wake_worker()
         self._on_close(self)
 
     def eof_received(self) -> bool:
@@ -118,9 +124,9 @@ class ClientConnection(asyncio.Protocol):
             self._current.body.fail(RequestError(400, "the client closed mid-body"))
         # Keep the socket open for writing if answers are still due; close after them.
         self.must_close = True
-        if self._stopped_reading and self._worker is None:
+        if self._stopped_reading and not self.busy:
             return False  # lingering after an error: the client is done
-        return self._worker is not None or bool(self._queue)
+        return self.busy
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -207,7 +213,7 @@ class ClientConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         parser = self._parser
-        if self._worker is None and not self._queue and self._try_fast():
+        if not self.busy and self._try_fast():
             return
         self._method = parser.get_method().decode("ascii", "replace")
         headers = Headers.from_raw(self._raw_headers)
@@ -295,16 +301,49 @@ class ClientConnection(asyncio.Protocol):
             self._pause_reading()
         if self._worker is None:
             self._worker = self._tasks.spawn(self._work(), f"client {self.client_ip}")
+        else:
+            self._wake_worker()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is being answered or waits to be."""
+        return self._handling or bool(self._queue)
+
+    def close_when_idle(self) -> None:
+        """Close the connection now if it is between requests, else once the answers due are
+        sent (at shutdown)."""
+        self._close_when_idle = True
+        if not self.busy:
+            self.close()  # a request head still arriving has no answer due yet
+
+    def _wake_worker(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
 
     async def _work(self) -> None:
         try:
-            while self._queue and not self.closed:
+            while not self.closed:
+                if not self._queue:
+                    if self._close_when_idle:
+                        self.close()
+                        return
+                    self._arm_idle()
+                    self._wakeup = self._loop.create_future()
+                    try:
+                        await self._wakeup
+                    finally:
+                        self._wakeup = None
+                    continue
                 req = self._queue.popleft()
                 if self._reading_paused and len(self._queue) < _MAX_QUEUED // 2:
                     self._resume_reading()
                 if req.error is not None:
                     self.must_close = True
-                await self._handler.handle(req, self)
+                self._handling = True
+                try:
+                    await self._handler.handle(req, self)
+                finally:
+                    self._handling = False
                 unread = req.error is not None or (req.body is not None and not req.body.ended)
                 if unread:
                     # What the client still sends can't be parsed as a next request (RFC 9112
@@ -316,6 +355,8 @@ class ClientConnection(asyncio.Protocol):
                     self._queue.clear()
                     self.close()
                     return
+                if self.tunnel_sink is not None:
+                    return  # the connection carries a tunnel now, not requests
         finally:
             self._worker = None
             if not self.closed and self.tunnel_sink is None:
@@ -375,7 +416,7 @@ class ClientConnection(asyncio.Protocol):
             if now >= self._mark + self._config.header_timeout:
                 self._reject(RequestError(408, "the request head took too long"))
                 return
-        elif self._worker is None and not self._queue:
+        elif not self.busy:
             if now >= self._mark + self._config.idle_timeout:
                 self.close()
                 return
