@@ -269,7 +269,10 @@ class UpstreamConfig:
         30.0, "Seconds an idle keep-alive origin connection is kept for reuse.", number(0, 3600)
     )
     pool_max_idle_per_host: int = setting(
-        32, "Idle origin connections kept per host and port.", integer(0, 10000)
+        256,
+        "Idle origin connections kept per host and port (a busy origin behind many clients"
+        " needs many).",
+        integer(0, 10000),
     )
 
 
