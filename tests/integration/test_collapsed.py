@@ -56,6 +56,19 @@ class SlowOrigin:
         return resp
 
 
+def ok_body(
+    session: aiohttp.ClientSession, url: str, proxy: str, headers: dict[str, str]
+) -> Callable[[], Coroutine[Any, Any, bytes]]:
+    """A client that GETs ``url`` with ``headers``, expects 200 and returns the body."""
+
+    async def fetch() -> bytes:
+        async with session.get(url, proxy=proxy, headers=headers) as resp:
+            assert resp.status == 200
+            return await resp.read()
+
+    return fetch
+
+
 async def start_together(
     origin: Origin,
     cache: CacheServer,
@@ -184,20 +197,9 @@ async def test_waiter_with_other_vary_value_is_not_given_the_other_variant(
     languages = ["en", "fr", "en", "de"]
 
     async with aiohttp.ClientSession(auto_decompress=False) as session:
-
-        def client(lang: str) -> Callable[[], Coroutine[Any, Any, bytes]]:
-            async def fetch() -> bytes:
-                headers = {"Accept-Language": lang}
-                async with session.get(url, proxy=proxy, headers=headers) as resp:
-                    assert resp.status == 200
-                    return await resp.read()
-
-            return fetch
-
+        clients = [ok_body(session, url, proxy, {"Accept-Language": lang}) for lang in languages]
         async with asyncio.timeout(20):
-            tasks = await start_together(
-                origin, cache, "/lang", gate, [client(lang) for lang in languages]
-            )
+            tasks = await start_together(origin, cache, "/lang", gate, clients)
             bodies = await asyncio.gather(*tasks)
 
     assert bodies == [f"body in {lang}".encode() for lang in languages]
@@ -388,20 +390,12 @@ async def test_waiter_is_not_given_a_response_to_another_clients_credentials(
     identities = ["Basic YWxpY2U6YQ==", "Basic Ym9iOmI=", None]
 
     async with aiohttp.ClientSession(auto_decompress=False) as session:
-
-        def client(who: str | None) -> Callable[[], Coroutine[Any, Any, bytes]]:
-            async def fetch() -> bytes:
-                headers = {"Authorization": who} if who else {}
-                async with session.get(url, proxy=proxy, headers=headers) as resp:
-                    assert resp.status == 200
-                    return await resp.read()
-
-            return fetch
-
+        clients = [
+            ok_body(session, url, proxy, {"Authorization": who} if who else {})
+            for who in identities
+        ]
         async with asyncio.timeout(20):
-            tasks = await start_together(
-                origin, cache, "/whoami", gate, [client(who) for who in identities]
-            )
+            tasks = await start_together(origin, cache, "/whoami", gate, clients)
             bodies = await asyncio.gather(*tasks)
 
     assert bodies == [f"for {who or 'anonymous'}".encode() for who in identities]
