@@ -6,8 +6,10 @@ configured mode, and ``Max-Forwards`` is decremented. Loops are detected by our 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from harvest_cache.http.dates import format_http_date
-from harvest_cache.http.headers import Headers
+from harvest_cache.http.headers import Headers, split_list
 
 # Fields that describe one connection, never the message (RFC 9110 7.6.1, plus the
 # non-standard Proxy-Connection that old browsers send and Keep-Alive).
@@ -26,14 +28,28 @@ HOP_BY_HOP = frozenset(
 )
 
 
+# Request fields the proxy replaces (Host must match the target) or answers itself (Expect).
+_NOT_FORWARDED = frozenset({"expect", "host"})
+
+
 def end_to_end(headers: Headers, without: frozenset[str] = frozenset()) -> Headers:
     """A copy without hop-by-hop fields, the fields that Connection names, and the fields
     ``without`` names (lowercased)."""
-    drop = HOP_BY_HOP | without
-    if headers.names().isdisjoint(drop):  # Connection is hop-by-hop: nothing to drop
-        return headers.copy()
-    drop |= {n.lower() for n in headers.get_list("Connection")}
-    return Headers([(n, v) for n, v in headers if n.lower() not in drop])
+    drop = HOP_BY_HOP | without if without else HOP_BY_HOP
+    kept: list[tuple[str, str]] = []
+    index: dict[str, list[str]] = {}
+    named: list[str] = []
+    for name, value in headers:
+        low = name.lower()
+        if low not in drop:
+            kept.append((name, value))
+            index.setdefault(low, []).append(value)
+        elif low == "connection":
+            named.append(value)
+    if named:
+        options = {o.lower() for v in named for o in split_list(v)}
+        return Headers([(n, v) for n, v in kept if n.lower() not in options])
+    return Headers.indexed(kept, index)
 
 
 def ensure_date(headers: Headers, now: float) -> None:
@@ -62,12 +78,29 @@ def is_loop(headers: Headers, name: str) -> bool:
     return False
 
 
-def apply_x_forwarded_for(headers: Headers, mode: str, client: str) -> None:
-    if mode == "delete":
-        headers.remove("X-Forwarded-For")
-    elif mode == "on":
-        previous = headers.get("X-Forwarded-For")
-        headers.set("X-Forwarded-For", f"{previous}, {client}" if previous else client)
+def request_fields(
+    headers: Headers, authority: str, via: str, xff_mode: str, client: str
+) -> Headers:
+    """A request's fields as forwarded: Host for the target first, no hop-by-hop fields, no
+    Expect (the proxy answers 100-continue itself), ``via`` appended to Via, and
+    X-Forwarded-For extended with ``client`` ("on"), left alone ("off") or dropped."""
+    items = [("Host", authority)]
+    vias: list[str] = []
+    forwarded: list[str] = []
+    for name, value in end_to_end(headers, _NOT_FORWARDED):
+        low = name.lower()
+        if low == "via":
+            vias.append(value)
+        elif low == "x-forwarded-for" and xff_mode != "off":
+            forwarded.append(value)
+        else:
+            items.append((name, value))
+    vias.append(via)
+    items.append(("Via", ", ".join(vias)))
+    if xff_mode == "on":
+        forwarded.append(client)
+        items.append(("X-Forwarded-For", ", ".join(forwarded)))
+    return Headers(items)
 
 
 def max_forwards(headers: Headers) -> int | None:
@@ -88,14 +121,40 @@ def response_head(status: int, reason: str, headers: Headers) -> bytes:
     return f"HTTP/1.1 {status} {reason}\r\n".encode("latin-1") + headers.encode() + b"\r\n"
 
 
+def forwarded_head(
+    status: int,
+    reason: str,
+    fields: Iterable[tuple[str, str]],
+    via: str,
+    replace: Sequence[tuple[str, str]],
+    replaced: frozenset[str],
+) -> bytes:
+    """A response head in one pass: ``fields`` with ``via`` appended to their Via, and the
+    fields of ``replace`` instead of any of those names (``replaced``: them, lowercased)."""
+    lines = [f"HTTP/1.1 {status} {reason}\r\n"]
+    vias = []
+    for name, value in fields:
+        low = name.lower()
+        if low == "via":
+            vias.append(value)
+        elif low not in replaced:
+            lines.append(f"{name}: {value}\r\n")
+    vias.append(via)
+    lines.append(f"Via: {', '.join(vias)}\r\n")
+    lines.extend(f"{name}: {value}\r\n" for name, value in replace)
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
+
+
 __all__ = [
     "HOP_BY_HOP",
     "add_via",
-    "apply_x_forwarded_for",
     "end_to_end",
     "ensure_date",
+    "forwarded_head",
     "is_loop",
     "max_forwards",
+    "request_fields",
     "request_head",
     "response_head",
 ]

@@ -46,6 +46,15 @@ class Headers:
         self._index: dict[str, list[str]] | None = None
 
     @classmethod
+    def indexed(cls, items: list[tuple[str, str]], index: dict[str, list[str]]) -> Headers:
+        """Headers over ``items`` (taken, not copied) whose lookup index the caller built
+        in the same pass: lowercased name -> values in order."""
+        headers = cls.__new__(cls)
+        headers._items = items
+        headers._index = index
+        return headers
+
+    @classmethod
     def from_raw(cls, raw: Iterable[tuple[bytes, bytes]]) -> Headers:
         headers = cls.__new__(cls)  # the list is built here, so __init__'s copy is skipped
         headers._items = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in raw]
@@ -95,13 +104,16 @@ class Headers:
 
     def remove(self, *names: str) -> None:
         if not names:
-            return  # (callers pass lists that are usually empty: no index needed for those)
-        index = self._lookup()
-        present = [n for n in map(str.lower, names) if n in index]
-        if present:
+            return  # (callers pass lists that are usually empty)
+        drop = {n.lower() for n in names}
+        index = self._index
+        if index is not None:
+            present = drop.intersection(index)
+            if not present:
+                return
             for n in present:
                 del index[n]  # the index stays valid: later lookups need no rebuild
-            self._items = [(n, v) for n, v in self._items if n.lower() in index]
+        self._items = [(n, v) for n, v in self._items if n.lower() not in drop]
 
     def items(self) -> list[tuple[str, str]]:
         return list(self._items)

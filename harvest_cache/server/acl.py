@@ -17,6 +17,7 @@ class Access:
         self._config = config
         # One lookup per client address, not per request.
         self.client_allowed = lru_cache(maxsize=4096)(self._client_allowed)
+        self.port_allowed = lru_cache(maxsize=1024)(self._port_allowed)
 
     def _client_allowed(self, ip: str) -> bool:
         try:
@@ -27,7 +28,7 @@ class Access:
             address = address.ipv4_mapped
         return any(address in net for net in self._config.allow)
 
-    def port_allowed(self, port: int) -> bool:
+    def _port_allowed(self, port: int) -> bool:
         return _in_ranges(port, self._config.safe_ports)
 
     def connect_allowed(self, port: int) -> bool:

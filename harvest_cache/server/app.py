@@ -64,7 +64,7 @@ class CacheServer:
         self.address = (sockname[0], sockname[1])
         self.name = self.config.server.name or f"{socket.gethostname()}:{self.address[1]}"
         self.proxy = Proxy(
-            self.config, self.name, self.store, self.pool, self.access_log, self.tasks.spawn
+            self.config, self.name, self.store, self.pool, self.access_log, self.tasks
         )
         log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
 
@@ -83,6 +83,8 @@ class CacheServer:
             self._server.close()
         for conn in list(self.connections):
             conn.close_when_idle()  # so no worker waits on for a next request
+        if self.proxy is not None:
+            await self.proxy.drain(grace)
         await self.tasks.drain(grace)
         for conn in list(self.connections):
             conn.close()

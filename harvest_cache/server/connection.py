@@ -9,6 +9,7 @@ slow-loris clients) and an idle timeout between requests.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, cast
@@ -35,6 +36,10 @@ class Handler(Protocol):
         self, conn: ClientConnection, method: bytes, target: bytes, version: str, keep_alive: bool
     ) -> bool:
         """Answer a plain GET/HEAD at once from the hit fast path; False if it cannot."""
+
+    def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
+        """Start answering a plain GET on the miss fast path; False if it cannot. If it
+        can, the connection is told ``lean_done`` or ``lean_handoff`` later."""
 
 
 class ClientConnection(asyncio.Protocol):
@@ -65,6 +70,7 @@ class ClientConnection(asyncio.Protocol):
         self._worker: asyncio.Task[Any] | None = None
         self._wakeup: asyncio.Future[None] | None = None  # set while the worker waits
         self._handling = False
+        self._lean = False  # a request is being answered on the miss fast path
         self._close_when_idle = False
         self._writable = asyncio.Event()
         self._writable.set()
@@ -223,14 +229,20 @@ class ClientConnection(asyncio.Protocol):
             version=parser.get_http_version(),
             headers=headers,
             keep_alive=parser.should_keep_alive(),
-            started=self._loop.time(),
+            started=time.monotonic(),
         )
         self._url = bytearray()
         self._raw_headers = []
-        _check_framing(req, headers, self._config.max_body_bytes)
+        if self._slow:  # (Content-Length and Transfer-Encoding are slow fields)
+            _check_framing(req, headers, self._config.max_body_bytes)
         if req.chunked or (req.content_length or 0) > 0:
             req.body = BodyStream(self._pause_reading, self._resume_reading)
         self._current = req
+        if not self._slow and req.body is None and not self.busy:
+            self._lean = True
+            if self._handler.serve_lean(req, self):
+                return
+            self._lean = False
         self._enqueue(req)
 
     def _try_fast(self) -> bool:
@@ -299,15 +311,40 @@ class ClientConnection(asyncio.Protocol):
         self._queue.append(req)
         if len(self._queue) > _MAX_QUEUED:
             self._pause_reading()
+        if not self._lean:  # else answered in order once the fast path is done
+            self._run_worker()
+
+    def _run_worker(self) -> None:
         if self._worker is None:
             self._worker = self._tasks.spawn(self._work(), f"client {self.client_ip}")
         else:
             self._wake_worker()
 
+    def lean_done(self, keep_alive: bool) -> None:
+        """The miss fast path has answered its request."""
+        self._lean = False
+        if self.closed:
+            return
+        if not keep_alive or self.must_close:
+            self._queue.clear()
+            self.close()
+        elif self._queue:
+            self._run_worker()
+        elif self._close_when_idle:
+            self.close()
+        else:
+            self._arm_idle()
+
+    def lean_handoff(self, req: Request) -> None:
+        """The miss fast path passes its request on, to be answered before any queued."""
+        self._lean = False
+        self._queue.appendleft(req)
+        self._run_worker()
+
     @property
     def busy(self) -> bool:
         """Whether a request is being answered or waits to be."""
-        return self._handling or bool(self._queue)
+        return self._handling or self._lean or bool(self._queue)
 
     def close_when_idle(self) -> None:
         """Close the connection now if it is between requests, else once the answers due are
@@ -374,7 +411,7 @@ class ClientConnection(asyncio.Protocol):
             version="1.1",
             headers=Headers(),
             keep_alive=False,
-            started=self._loop.time(),
+            started=time.monotonic(),
             error=error,
         )
         self._enqueue(req)

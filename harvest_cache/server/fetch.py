@@ -12,14 +12,14 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, NamedTuple
 
 from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
 from harvest_cache.http import forwarding
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.headers import Headers
-from harvest_cache.http.policy import request_directives, storable
+from harvest_cache.http.policy import StoreDecision, request_directives, storable
 from harvest_cache.http.target import Target
 from harvest_cache.http.validation import conditional_headers, freshen, is_not_modified_for
 from harvest_cache.http.vary import vary_key, vary_names
@@ -40,10 +40,6 @@ class _Mismatch(Exception):
     """A 304 whose validators do not select the stored response (RFC 9111 4.3.4)."""
 
 
-# Request fields the proxy does not pass on as they came.
-_REPLACED_REQUEST_FIELDS = frozenset({"expect", "host"})
-
-
 def variant_key(url: str, marker: VaryMarker, selecting: str) -> str:
     return f"{url}\x00{marker.generation}\x00{selecting}"
 
@@ -57,11 +53,9 @@ def upstream_headers(
     req: Request, target: Target, client_ip: str, name: str, config: Config
 ) -> Headers:
     """The request's fields as sent upstream (RFC 9110 7.6, RFC 9112 3.2.2)."""
-    # The proxy answered any 100-continue itself, and Host must match the absolute target.
-    fields = forwarding.end_to_end(req.headers, _REPLACED_REQUEST_FIELDS)
-    headers = Headers([("Host", target.authority), *fields])
-    forwarding.add_via(headers, req.version, name)
-    forwarding.apply_x_forwarded_for(headers, config.access.x_forwarded_for, client_ip)
+    via = forwarding.via_entry(req.version, name)
+    xff = config.access.x_forwarded_for
+    headers = forwarding.request_fields(req.headers, target.authority, via, xff, client_ip)
     if req.method in ("OPTIONS", "TRACE"):
         hops = forwarding.max_forwards(headers)
         if hops is not None:
@@ -69,6 +63,52 @@ def upstream_headers(
     if req.chunked:
         headers.add("Transfer-Encoding", "chunked")
     return headers
+
+
+def fetch_request(
+    req: Request,
+    target: Target,
+    stored: StoredHead | None,
+    client_ip: str,
+    name: str,
+    config: Config,
+) -> bytes:
+    """The GET request head the cache sends for ``req``, conditional when it revalidates."""
+    headers = upstream_headers(req, target, client_ip, name, config)
+    if stored is not None:
+        for field, value in conditional_headers(stored):
+            headers.set(field, value)
+    return forwarding.request_head("GET", target.path, headers)
+
+
+def head_to_store(
+    url: str,
+    status: int,
+    reason: str,
+    headers: Headers,
+    decision: StoreDecision,
+    times: tuple[float, float],
+    selecting: str,
+    body_length: int = 0,
+) -> StoredHead:
+    """The head a storable response is kept under (its body length, if not yet known, set
+    at commit)."""
+    if decision.omit_fields:
+        kept = headers.copy()
+        kept.remove(*decision.omit_fields)
+        headers = kept
+    request_time, response_time = times
+    return StoredHead(
+        url, status, reason, tuple(headers), request_time, response_time, body_length, selecting
+    )
+
+
+class Sent(NamedTuple):
+    """A request already sent, with its response head in: the exchange and its times."""
+
+    exchange: Exchange
+    request_time: float
+    response_time: float
 
 
 class Fetcher:
@@ -108,13 +148,38 @@ class Fetcher:
             reader = flight.join()
             if reader is not None:
                 return flight, reader, True
-        flight = Flight(key, _WINDOW)
+        flight = self.open_flight(key)
         first = flight.join()
         assert first is not None
-        self._flights[key] = flight
         head = stored.head if stored is not None else None
         await self._run(flight, target, self._fetch_head(flight, req, target, head, client_ip))
         return flight, first, False
+
+    def flying(self, key: str) -> bool:
+        return key in self._flights
+
+    def open_flight(self, key: str) -> Flight:
+        """A new flight for ``key``, which later requests for it join."""
+        flight = Flight(key, _WINDOW)
+        self._flights[key] = flight
+        return flight
+
+    def retire(self, flight: Flight) -> None:
+        if self._flights.get(flight.key) is flight:
+            del self._flights[flight.key]
+
+    def adopt(
+        self,
+        flight: Flight,
+        req: Request,
+        target: Target,
+        stored: StoredHead | None,
+        client_ip: str,
+        sent: Sent,
+    ) -> None:
+        """Take over a fetch whose response head is in: an owned task goes on from there."""
+        step = self._fetch_head(flight, req, target, stored, client_ip, sent)
+        self._spawn(self._run(flight, target, step), f"fetch {target.url}")
 
     async def _run(self, flight: Flight, target: Target, step: Coroutine[Any, Any, None]) -> None:
         """Run one step of a fetch; a failure fails the flight, and the flight is retired
@@ -130,8 +195,8 @@ class Fetcher:
             log.exception("fetch of %s failed", target.url)
             flight.fail(UpstreamProtocolError(f"internal error: {type(e).__name__}"))
         finally:
-            if flight.over and self._flights.get(flight.key) is flight:
-                del self._flights[flight.key]
+            if flight.over:
+                self.retire(flight)
 
     async def _fetch_head(
         self,
@@ -140,9 +205,10 @@ class Fetcher:
         target: Target,
         stored: StoredHead | None,
         client_ip: str,
+        sent: Sent | None = None,
     ) -> None:
         try:
-            body = await self._fetch(flight, req, target, stored, client_ip)
+            body = await self._fetch(flight, req, target, stored, client_ip, sent)
         except _Mismatch:
             # The 304 was for some other response: ask again, unconditionally.
             body = await self._fetch(flight, req, target, None, client_ip)
@@ -161,19 +227,18 @@ class Fetcher:
         target: Target,
         stored: StoredHead | None,
         client_ip: str,
+        sent: Sent | None = None,
     ) -> tuple[Coroutine[Any, Any, None], bool] | None:
-        """Send the request and publish the response head; returns the step that takes the
-        body, and whether the body has already arrived whole (None: nothing more to do)."""
-        headers = upstream_headers(req, target, client_ip, self._name, self._config)
-        if stored is not None:
-            for name, value in conditional_headers(stored):
-                headers.set(name, value)
-        out = OutgoingRequest(
-            "GET", target.host, target.port, forwarding.request_head("GET", target.path, headers)
-        )
-        request_time = time.time()
-        exchange = await send(self._pool, out, self._config.upstream.read_timeout)
-        response_time = time.time()
+        """Send the request (unless ``sent``) and publish the response head; returns the
+        step that takes the body, and whether the body has already arrived whole (None:
+        nothing more to do)."""
+        if sent is None:
+            head = fetch_request(req, target, stored, client_ip, self._name, self._config)
+            out = OutgoingRequest("GET", target.host, target.port, head)
+            request_time = time.time()
+            exchange = await send(self._pool, out, self._config.upstream.read_timeout)
+            sent = Sent(exchange, request_time, time.time())
+        exchange, request_time, response_time = sent
         try:
             storing = await self._receive_head(
                 flight, req, target, stored, exchange, request_time, response_time
@@ -246,17 +311,9 @@ class Fetcher:
                 stored=writer is not None,
             )
         )
-        stored_headers = headers.copy()
-        stored_headers.remove(*decision.omit_fields)
-        to_store = StoredHead(
-            target.url,
-            head.status,
-            head.reason,
-            tuple(stored_headers),
-            request_time,
-            response_time,
-            0,
-            selecting,
+        times = (request_time, response_time)
+        to_store = head_to_store(
+            target.url, head.status, head.reason, headers, decision, times, selecting
         )
         return writer, to_store
 

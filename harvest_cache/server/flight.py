@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from harvest_cache.errors import UpstreamReset
 from harvest_cache.http.headers import Headers
 from harvest_cache.store.entry import StoredHead
+
+
+class FlightRetry(UpstreamReset):
+    """The fetch failed in a way a new attempt may not (a reused origin connection was
+    found closed): each reader should start over instead of failing."""
 
 
 @dataclass(slots=True)
@@ -37,10 +44,12 @@ class FlightHead:
 
 class Flight:
     def __init__(self, key: str, window: int) -> None:
-        loop = asyncio.get_running_loop()
         self.key = key
         self.window = window
-        self.head: asyncio.Future[FlightHead] = loop.create_future()
+        # The head (or the failure) as published; a future is made only for readers that
+        # wait, as most flights have none.
+        self._head: FlightHead | Exception | None = None
+        self._head_future: asyncio.Future[FlightHead] | None = None
         self._chunks: list[bytes] = []
         self._first = 0  # absolute index of _chunks[0]
         self._held = 0  # bytes in _chunks
@@ -48,8 +57,27 @@ class Flight:
         self._next_reader = 0
         self._done = False
         self._error: Exception | None = None
-        self._changed: asyncio.Future[None] = loop.create_future()
+        self._changed: asyncio.Future[None] | None = None  # made when a reader waits
         self._space: asyncio.Future[None] | None = None
+
+    @property
+    def head(self) -> asyncio.Future[FlightHead]:
+        """The response head, once published (or the fetch's error)."""
+        future = self._head_future
+        if future is None:
+            future = self._head_future = asyncio.get_running_loop().create_future()
+            self._settle(future)
+        return future
+
+    def _settle(self, future: asyncio.Future[FlightHead]) -> None:
+        head = self._head
+        if head is None or future.done():
+            return
+        if isinstance(head, FlightHead):
+            future.set_result(head)
+        else:
+            future.set_exception(head)
+            future.exception()  # readers may all have gone; mark it retrieved
 
     @property
     def readers(self) -> int:
@@ -72,14 +100,20 @@ class Flight:
     # -- the fetch's side ----------------------------------------------------------------------
 
     def publish_head(self, head: FlightHead) -> None:
-        if not self.head.done():
-            self.head.set_result(head)
+        if self._head is None:
+            self._head = head
+            if self._head_future is not None:
+                self._settle(self._head_future)
 
-    async def publish(self, chunk: bytes) -> None:
-        """Add a body chunk; waits while readers hold a full window of unread bytes."""
+    def publish_nowait(self, chunk: bytes) -> None:
+        """Add a body chunk without regard to the window (for bodies known to be small)."""
         self._chunks.append(chunk)
         self._held += len(chunk)
         self._wake()
+
+    async def publish(self, chunk: bytes) -> None:
+        """Add a body chunk; waits while readers hold a full window of unread bytes."""
+        self.publish_nowait(chunk)
         while self._held > self.window and self._cursors:
             self._space = asyncio.get_running_loop().create_future()
             await self._space
@@ -90,9 +124,10 @@ class Flight:
 
     def fail(self, error: Exception) -> None:
         self._error = error
-        if not self.head.done():
-            self.head.set_exception(error)
-            self.head.exception()  # readers may all have gone; mark it retrieved
+        if self._head is None:
+            self._head = error
+            if self._head_future is not None:
+                self._settle(self._head_future)
         self._done = True
         self._wake()
 
@@ -111,6 +146,8 @@ class Flight:
                 raise self._error
             if self._done:
                 return b""
+            if self._changed is None:
+                self._changed = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._changed)
 
     def _read_whole(self, rid: int, limit: int) -> bytes | None:
@@ -139,9 +176,9 @@ class Flight:
             self._space.set_result(None)
 
     def _wake(self) -> None:
-        if not self._changed.done():
+        if self._changed is not None:
             self._changed.set_result(None)
-        self._changed = asyncio.get_running_loop().create_future()
+            self._changed = None
 
     def __repr__(self) -> str:
         return (
@@ -168,3 +205,12 @@ class FlightReader:
 
     def close(self) -> None:
         self._flight._leave(self._rid)
+
+
+class StartedFetch(NamedTuple):
+    """A fetch begun on the miss fast path and continued on the general one: the flight,
+    the client's place in it, and whether it revalidates a stored object."""
+
+    flight: Flight
+    reader: FlightReader
+    revalidating: bool

@@ -7,16 +7,14 @@ comes from harvest_cache.http; this module only awaits, streams and records.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable
 
 from harvest_cache.config import Config
 from harvest_cache.errors import RequestError, UpstreamError
 from harvest_cache.http import conditional, forwarding
-from harvest_cache.http.cache_control import CacheControl, parse_cache_control
+from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
-from harvest_cache.http.freshness import Heuristic, age_value
+from harvest_cache.http.freshness import Heuristic
 from harvest_cache.http.headers import Headers
 from harvest_cache.http.policy import (
     Fresh,
@@ -27,15 +25,17 @@ from harvest_cache.http.policy import (
 )
 from harvest_cache.http.target import Target, parse_absolute, parse_authority
 from harvest_cache.http.vary import vary_key, vary_names
-from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head, line_tail
+from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head
 from harvest_cache.server.acl import Access
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.fetch import Fetcher, content_length, upstream_headers, variant_key
-from harvest_cache.server.flight import FlightHead
+from harvest_cache.server.flight import FlightHead, FlightRetry, StartedFetch
 from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
-from harvest_cache.server.reply import ClientGone, Reply
+from harvest_cache.server.lean import LeanPath
+from harvest_cache.server.reply import ClientGone, Reply, from_store
 from harvest_cache.server.request import Request
-from harvest_cache.server.transaction import Transaction
+from harvest_cache.server.tasks import TaskSet
+from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.server.tunnel import open_tunnel
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import ObjectStore, StoredObject
@@ -80,7 +80,7 @@ class Proxy:
         store: ObjectStore,
         pool: Pool,
         access_log: AccessLog,
-        spawn: Callable[..., asyncio.Task[None]],
+        tasks: TaskSet,
     ) -> None:
         self._config = config
         self.name = name
@@ -91,8 +91,11 @@ class Proxy:
         self._heuristic = Heuristic(
             config.cache.heuristic_percent, config.cache.heuristic_max_seconds
         )
-        self._fetcher = Fetcher(config, name, store, pool, spawn)
+        self._fetcher = Fetcher(config, name, store, pool, tasks.spawn)
         self._hot = HotIndex(store, name)
+        self._lean = LeanPath(
+            config, name, store, pool, self._fetcher, access_log, self._heuristic, tasks
+        )
 
     @property
     def hot_entries(self) -> int:
@@ -127,22 +130,18 @@ class Proxy:
             self._log.write(line + (entry.head_tail if head_only else entry.get_tail))
         return True
 
-    def _record(self, tx: Transaction) -> None:
-        if not self._log.enabled:
-            return
-        elapsed = round((asyncio.get_running_loop().time() - tx.started) * 1000)
-        head = line_head(
-            time.time(),
-            elapsed,
-            tx.client.encode(),
-            tx.result.encode(),
-            tx.status,
-            tx.bytes_sent,
-            tx.aborted,
-        )
-        self._log.write(
-            head + line_tail(tx.method, tx.url, tx.hierarchy, tx.peer, None, tx.content_type)
-        )
+    def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
+        if req.method != "GET" or not self._access.client_allowed(conn.client_ip):
+            return False
+        try:
+            target = parse_absolute(req.target)
+        except RequestError:
+            return False
+        return self._access.port_allowed(target.port) and self._lean.start(req, target, conn)
+
+    async def drain(self, grace: float) -> None:
+        """Let requests on the miss fast path finish, for up to ``grace`` seconds."""
+        await self._lean.drain(grace)
 
     async def handle(self, req: Request, conn: ClientConnection) -> None:
         tx = Transaction(req.started, conn.client_ip, req.method, req.target)
@@ -185,7 +184,7 @@ class Proxy:
             tx.bytes_sent = tx.bytes_sent or reply.bytes_sent
             if reply.content_type != "-":
                 tx.content_type = reply.content_type
-            self._record(tx)
+            record(self._log, tx)
 
     async def _fail(
         self,
@@ -266,8 +265,18 @@ class Proxy:
         return found if found is not None else await self._store.get(key)
 
     async def _cached(
-        self, req: Request, target: Target, conn: ClientConnection, tx: Transaction, reply: Reply
+        self,
+        req: Request,
+        target: Target,
+        conn: ClientConnection,
+        tx: Transaction,
+        reply: Reply,
+        retried: bool = False,
     ) -> None:
+        if req.started_fetch is not None:
+            started, req.started_fetch = req.started_fetch, None
+            await self._serve_flight(req, target, started, False, False, tx, reply, conn, retried)
+            return
         cc = request_directives(req.headers)
         url = target.url
         key = url
@@ -300,27 +309,41 @@ class Proxy:
         stored = found if found is not None and not cc.no_cache else None
         if found is not None and stored is None:
             _close_body(found)
-        await self._via_flight(req, target, key, stored, cc, tx, reply, conn)
-
-    async def _via_flight(
-        self,
-        req: Request,
-        target: Target,
-        key: str,
-        stored: StoredObject | None,
-        cc: CacheControl,
-        tx: Transaction,
-        reply: Reply,
-        conn: ClientConnection,
-    ) -> None:
         try:
             flight, reader, joined = await self._fetcher.join_or_start(
                 req, target, key, stored, conn.client_ip
             )
         finally:
             _close_body(stored)
+        started = StartedFetch(flight, reader, stored is not None)
+        await self._serve_flight(
+            req, target, started, joined, cc.no_cache, tx, reply, conn, retried
+        )
+
+    async def _serve_flight(
+        self,
+        req: Request,
+        target: Target,
+        started: StartedFetch,
+        joined: bool,
+        no_cache: bool,
+        tx: Transaction,
+        reply: Reply,
+        conn: ClientConnection,
+        retried: bool,
+    ) -> None:
+        """Answer from a flight this request started or joined."""
+        flight, reader, revalidating = started
+        key = flight.key
         try:
-            head = await flight.head
+            try:
+                head = await flight.head
+            except FlightRetry:
+                if retried:
+                    raise
+                reader.close()
+                await self._cached(req, target, conn, tx, reply, retried=True)
+                return
             if joined and not _shareable_for(head, req):
                 reader.close()
                 await self._forward(req, target, conn, tx, reply, "TCP_MISS")
@@ -338,15 +361,15 @@ class Proxy:
                 reuse = evaluate(found.head, parse_cache_control(()), time.time(), self._heuristic)
                 await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "stale", 304)
                 return
-            if stored is not None:
+            if revalidating:
                 tx.result = "TCP_REFRESH_MODIFIED"
-            elif cc.no_cache:
+            elif no_cache:
                 tx.result = "TCP_CLIENT_REFRESH_MISS"
             else:
                 tx.result = "TCP_CF_MISS" if joined else "TCP_MISS"
             headers = head.headers.copy()
             forwarding.add_via(headers, "1.1", self.name)
-            fwd = "stale" if stored is not None else "request" if cc.no_cache else "uri-miss"
+            fwd = "stale" if revalidating else "request" if no_cache else "uri-miss"
             headers.set(
                 "Cache-Status",
                 cache_status(
@@ -390,13 +413,11 @@ class Proxy:
         else:
             headers = stored_headers
             status, reason, length = head.status, head.reason, head.body_length
-        headers.set("Age", age_value(age))
-        forwarding.add_via(headers, "1.1", self.name)
         if detail == "hit":
             value = cache_status(self.name, hit=True, ttl=ttl)
         else:
             value = cache_status(self.name, hit=False, fwd=detail, fwd_status=fwd_status, ttl=ttl)
-        headers.set("Cache-Status", value)
+        from_store(headers, age, value, self.name)
         if status == 304 or req.method == "HEAD":
             _close_body(obj)
             reply.start(status, reason, headers, length)

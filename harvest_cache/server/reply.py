@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from harvest_cache.http.forwarding import response_head
+from harvest_cache.http.forwarding import add_via, response_head
+from harvest_cache.http.freshness import age_value
 from harvest_cache.http.headers import Headers
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.request import Request
@@ -24,6 +25,40 @@ class ClientGone(Exception):
 
 def bodyless(method: str, status: int) -> bool:
     return method == "HEAD" or status in (204, 304) or 100 <= status < 200
+
+
+def framing(
+    length: int | None, version: str, close: bool, no_body: bool
+) -> tuple[list[tuple[str, str]], bool, bool]:
+    """The fields that frame a response for this client (in place of any Content-Length or
+    Connection it had), whether it is chunked, and whether the connection closes after it.
+
+    A body of unknown length is chunked for HTTP/1.1 and ends with the connection for 1.0.
+    """
+    fields = []
+    chunked = False
+    if not no_body:
+        if length is not None:
+            fields.append(("Content-Length", str(length)))
+        elif version == "1.1":
+            fields.append(("Transfer-Encoding", "chunked"))
+            chunked = True
+        else:
+            close = True
+    if close:
+        fields.append(("Connection", "close"))
+    elif version == "1.0":
+        fields.append(("Connection", "keep-alive"))
+    return fields, chunked, close
+
+
+def from_store(headers: Headers, age: float, status_value: str, name: str) -> Headers:
+    """``headers`` (a stored response's) as sent from the cache: with Age, Via and
+    Cache-Status."""
+    headers.set("Age", age_value(age))
+    add_via(headers, "1.1", name)
+    headers.set("Cache-Status", status_value)
+    return headers
 
 
 class Reply:
@@ -54,21 +89,12 @@ class Reply:
         self.status = status
         self.content_type = headers.get("Content-Type") or "-"
         self._no_body = bodyless(req.method, status)
+        close = not req.keep_alive or conn.must_close
+        fields, self._chunked, conn.must_close = framing(length, req.version, close, self._no_body)
         if not self._no_body:
-            if length is not None:
-                headers.set("Content-Length", str(length))
-            elif req.version == "1.1":
-                headers.remove("Content-Length")
-                headers.add("Transfer-Encoding", "chunked")
-                self._chunked = True
-            else:
-                headers.remove("Content-Length")
-                conn.must_close = True
-        if not req.keep_alive or conn.must_close:
-            conn.must_close = True
-            headers.add("Connection", "close")
-        elif req.version == "1.0":
-            headers.add("Connection", "keep-alive")
+            headers.remove("Content-Length")
+        for name, value in fields:
+            headers.add(name, value)
         data = response_head(status, reason, headers)
         self.bytes_sent += len(data)
         if body and not self._no_body:

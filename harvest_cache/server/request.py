@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from harvest_cache.errors import RequestError
 from harvest_cache.http.headers import Headers
+from harvest_cache.server.flight import StartedFetch
 
 # Past this much unread request body the client socket is paused.
 _BODY_HIGH_WATER = 1 << 20
@@ -82,11 +83,12 @@ class Request:
     version: str
     headers: Headers
     keep_alive: bool
-    started: float  # loop time when the head was complete
+    started: float  # time.monotonic() when the head was complete
     body: BodyStream | None = None
     chunked: bool = False
     content_length: int | None = None
     error: RequestError | None = field(default=None)
+    started_fetch: StartedFetch | None = None  # the fetch the miss fast path began for it
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.target} HTTP/{self.version}>"

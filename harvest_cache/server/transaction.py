@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from harvest_cache.server.accesslog import Hierarchy
+from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head, line_tail
 
 
 @dataclass(slots=True)
@@ -12,7 +13,7 @@ class Transaction:
     """Squid's vocabulary: ``result`` is a result code (TCP_HIT, TCP_MISS...), ``hierarchy``
     a hierarchy code (HIER_NONE, HIER_DIRECT...), ``peer`` the address fetched from."""
 
-    started: float
+    started: float  # time.monotonic() when the request head was complete
     client: str
     method: str
     url: str
@@ -23,3 +24,20 @@ class Transaction:
     peer: str = "-"
     content_type: str = "-"
     aborted: bool = False
+
+
+def record(log: AccessLog, tx: Transaction) -> None:
+    """Write ``tx``'s access-log line, now that it has ended."""
+    if not log.enabled:
+        return
+    elapsed = round((time.monotonic() - tx.started) * 1000)
+    head = line_head(
+        time.time(),
+        elapsed,
+        tx.client.encode(),
+        tx.result.encode(),
+        tx.status,
+        tx.bytes_sent,
+        tx.aborted,
+    )
+    log.write(head + line_tail(tx.method, tx.url, tx.hierarchy, tx.peer, None, tx.content_type))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import BinaryIO, Literal, Protocol
+from typing import Any, BinaryIO, Literal, Protocol
 
 from harvest_cache.store.entry import StoredHead, VaryMarker
 
@@ -44,6 +45,10 @@ class ObjectWriter(Protocol):
 
 
 class ObjectStore(Protocol):
+    @property
+    def has_disk(self) -> bool:
+        """Whether there is a disk tier (so a memory miss is not yet a miss)."""
+
     def get_memory(self, key: str) -> Found | None:
         """The memory tier alone, with no I/O: the hit path's first look."""
 
@@ -55,8 +60,16 @@ class ObjectStore(Protocol):
     def open_writer(self, key: str, expected_length: int | None) -> ObjectWriter | None:
         """A writer for a new object, or None if it cannot be stored (too large, tiers off)."""
 
+    def put_now(self, key: str, head: StoredHead, body: bytes) -> bool:
+        """Store a whole body at once if that needs no disk write; False (nothing done) if
+        it does, and a writer must be used."""
+
     async def update_head(self, key: str, head: StoredHead) -> None:
         """Replace a stored object's head (after a 304 revalidation); no-op if absent."""
+
+    def refresh_head(self, key: str, head: StoredHead) -> Coroutine[Any, Any, None] | None:
+        """``update_head``, with the memory tier changed at once; returns the disk write
+        still to run (None without a disk tier)."""
 
     async def delete(self, key: str) -> None: ...
 

@@ -7,6 +7,7 @@ and a relink (``OrderedDict.move_to_end``, O(1) in C): no locks, no I/O, no allo
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import chain
 
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import Found, StoredObject
@@ -26,7 +27,7 @@ def entry_size(found: Found) -> int:
 
 
 def head_size(head: StoredHead) -> int:
-    fields = sum(len(name) + len(value) for name, value in head.headers)
+    fields = sum(map(len, chain.from_iterable(head.headers)))
     return ENTRY_OVERHEAD + len(head.url) + len(head.reason) + len(head.vary_key) + fields
 
 

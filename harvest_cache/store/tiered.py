@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar, TypeVarTuple
+from typing import Any, TypeVar, TypeVarTuple
 
 from harvest_cache.config import KIB, MIB, CacheConfig
 from harvest_cache.store.disk import DiskError, DiskTier, Spool
@@ -85,6 +85,10 @@ class TieredStore:
 
     # -- ObjectStore -----------------------------------------------------------------------------
 
+    @property
+    def has_disk(self) -> bool:
+        return self._disk is not None
+
     def get_memory(self, key: str) -> Found | None:
         return self.memory.get(key)
 
@@ -119,11 +123,27 @@ class TieredStore:
         self._writers.add(writer)
         return writer
 
+    def put_now(self, key: str, head: StoredHead, body: bytes) -> bool:
+        if self._disk is not None or self._closed:
+            return False
+        self._changing(key)
+        if len(body) <= self.max_object:
+            self.memory.put(key, StoredObject(head, body, "memory"))
+        else:
+            self.memory.bypass(key)
+        return True
+
     async def update_head(self, key: str, head: StoredHead) -> None:
+        write = self.refresh_head(key, head)
+        if write is not None:
+            await write
+
+    def refresh_head(self, key: str, head: StoredHead) -> Coroutine[Any, Any, None] | None:
         self._changing(key)
         self.memory.replace_head(key, head)
-        if self._disk is not None:
-            await self._write_disk(self._disk.update_head, key, head)
+        if self._disk is None:
+            return None
+        return self._write_disk(self._disk.update_head, key, head)
 
     async def delete(self, key: str) -> None:
         self._changing(key)

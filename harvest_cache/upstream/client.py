@@ -51,13 +51,7 @@ class Exchange:
 
     def release(self) -> None:
         """Return the connection to the pool if the exchange ended cleanly, else close it."""
-        conn = self._conn
-        reusable = conn.reusable()
-        conn.finish()
-        if reusable:
-            self._pool.put_idle(conn)
-        else:
-            conn.close()
+        self._pool.release(self._conn)
 
     def abort(self) -> None:
         self._conn.finish()

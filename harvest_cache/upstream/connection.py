@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import httptools
 
-from harvest_cache.errors import ReadTimeout, UpstreamProtocolError, UpstreamReset
+from harvest_cache.errors import ReadTimeout, UpstreamError, UpstreamProtocolError, UpstreamReset
 from harvest_cache.http.headers import Headers
 
 # Past this much unread body the socket is paused; the reader resumes it.
 _HIGH_WATER = 1 << 20
+# Fields that delimit a body (without either, it ends when the connection closes).
+_FRAMING_FIELDS = frozenset({b"content-length", b"transfer-encoding"})
 
 
 class ResponseHead:
@@ -35,8 +37,29 @@ class ResponseHead:
         return f"<ResponseHead {self.status} {self.reason} HTTP/{self.version}>"
 
 
+class Listener(Protocol):
+    """Takes an exchange's events as they are parsed, instead of a reader awaiting them.
+
+    ``on_head`` runs inside the parser and may ``detach`` the listener, after which the body
+    is buffered for ``read`` as usual; ``on_end`` and ``on_error`` end the exchange for it
+    (exactly one of them is called, unless it detached first).
+    """
+
+    def on_head(self, head: ResponseHead) -> None: ...
+
+    def on_body(self, chunk: bytes) -> None: ...
+
+    def on_end(self) -> None: ...
+
+    def on_error(self, error: UpstreamError) -> None: ...
+
+
 class UpstreamConnection(asyncio.Protocol):
-    """A connection that carries one exchange at a time (no pipelining upstream)."""
+    """A connection that carries one exchange at a time (no pipelining upstream).
+
+    An exchange is either read (``response_head`` and ``read``, awaited) or listened to
+    (a ``Listener`` given to ``begin``, called from the parser).
+    """
 
     def __init__(self, key: tuple[str, int], peer_ip: str) -> None:
         self.key = key
@@ -45,11 +68,13 @@ class UpstreamConnection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self.exchanges = 0
+        self._loop = asyncio.get_running_loop()
         self._parser: httptools.HttpResponseParser | None = None
         # The parser of the last exchange when it ended cleanly: llhttp is then back at the
         # start of a message, ready for the next response on this connection.
         self._spare_parser: httptools.HttpResponseParser | None = None
         self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._framed = False  # the head has Content-Length or Transfer-Encoding
         self._reason = b""
         self._head: asyncio.Future[ResponseHead] | None = None
         self._chunks: deque[bytes] = deque()
@@ -58,11 +83,15 @@ class UpstreamConnection(asyncio.Protocol):
         self._head_only = False
         self._close_delimited = False
         self._read_timeout = 60.0
-        self._error: Exception | None = None
+        self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
         self._writable = asyncio.Event()
         self._writable.set()
+        self._listener: Listener | None = None
+        self._ended = False  # the listened exchange is complete; on_end is due
+        self._heard = False  # bytes arrived since the listener's timer last looked
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
@@ -92,11 +121,19 @@ class UpstreamConnection(asyncio.Protocol):
             # Bytes outside an exchange: the origin is confused; never reuse it.
             self.close()
             return
+        self._heard = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as e:
             self._fail(UpstreamProtocolError(f"unparsable response from the origin: {e}"))
             self.close()
+            return
+        if self._ended:
+            # Called once the parser is done with this data, so the listener may hand the
+            # connection on (or back to the pool) at once.
+            listener = self._stop_listening()
+            if listener is not None:
+                listener.on_end()
 
     # -- httptools callbacks -----------------------------------------------------------------
 
@@ -105,6 +142,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._raw_headers.append((name, value))
+        if len(name) in (14, 17) and name.lower() in _FRAMING_FIELDS:
+            self._framed = True
 
     def on_headers_complete(self) -> None:
         parser = self._parser
@@ -114,6 +153,7 @@ class UpstreamConnection(asyncio.Protocol):
             # Interim responses are consumed here; the final one follows on this connection.
             self._raw_headers = []
             self._reason = b""
+            self._framed = False
             return
         head = ResponseHead(
             status,
@@ -123,21 +163,23 @@ class UpstreamConnection(asyncio.Protocol):
         )
         head.keep_alive = parser.should_keep_alive()
         self._close_delimited = (
-            not self._head_only
-            and status not in (204, 304)
-            and "content-length" not in head.headers
-            and "transfer-encoding" not in head.headers
+            not self._head_only and status not in (204, 304) and not self._framed
         )
         if self._close_delimited:
             head.keep_alive = False
         if self._head is not None and not self._head.done():
             self._head.set_result(head)
+        if self._listener is not None:
+            self._listener.on_head(head)
         if self._head_only:
             self._complete = True
             self._wake()
 
     def on_body(self, body: bytes) -> None:
         if self._head_only:
+            return
+        if self._listener is not None:
+            self._listener.on_body(body)
             return
         self._chunks.append(body)
         self._buffered += len(body)
@@ -153,14 +195,18 @@ class UpstreamConnection(asyncio.Protocol):
         if parser.get_status_code() < 200:
             return
         self._complete = True
+        if self._listener is not None:
+            self._ended = True
         self._wake()
 
     # -- the exchange ------------------------------------------------------------------------
 
-    def begin(self, head_only: bool, read_timeout: float) -> None:
-        """Start a new exchange; ``response_head`` then waits for its final head.
+    def begin(self, head_only: bool, read_timeout: float, listener: Listener | None = None) -> None:
+        """Start a new exchange; ``response_head`` then waits for its final head, or
+        ``listener`` is told of it.
 
-        ``read_timeout`` bounds that wait and each wait for body bytes.
+        ``read_timeout`` bounds that wait and each wait for body bytes (for a listener: each
+        silence of the origin, noticed within twice the timeout).
         """
         self._read_timeout = read_timeout
         self._close_delimited = False
@@ -168,13 +214,51 @@ class UpstreamConnection(asyncio.Protocol):
         self._spare_parser = None
         self._raw_headers = []
         self._reason = b""
+        self._framed = False
         self._chunks.clear()
         self._buffered = 0
         self._complete = False
         self._error = None
         self._head_only = head_only
-        self._head = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        self._head = loop.create_future()
         self.exchanges += 1
+        self._listener = listener
+        self._ended = False
+        if listener is not None:
+            self._heard = False
+            self._timer = loop.call_later(read_timeout, self._check_heard)
+
+    def send_now(self, data: bytes) -> None:
+        """Write a request head without waiting (for a listened exchange)."""
+        if self.transport is None or self.closed:
+            raise UpstreamReset("the connection to the origin is closed")
+        self.transport.write(data)
+
+    def detach(self) -> None:
+        """Stop calling the listener: from here the exchange is read like any other."""
+        self._stop_listening()
+        if self._ended:
+            self._ended = False
+            self._wake()
+
+    def _stop_listening(self) -> Listener | None:
+        listener, self._listener = self._listener, None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return listener
+
+    def _check_heard(self) -> None:
+        # One timer per listened exchange, re-armed while bytes keep coming.
+        self._timer = None
+        if self._listener is None:
+            return
+        if self._heard:
+            self._heard = False
+            self._timer = self._loop.call_later(self._read_timeout, self._check_heard)
+        else:
+            self._time_out()
 
     async def write(self, data: bytes) -> None:
         if self.transport is None or self.closed:
@@ -198,7 +282,7 @@ class UpstreamConnection(asyncio.Protocol):
                 raise self._error
             if self._complete:
                 return b""
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._wait(self._waiter)
             finally:
@@ -213,7 +297,7 @@ class UpstreamConnection(asyncio.Protocol):
     async def _wait(self, event: asyncio.Future[Any]) -> None:
         # A plain timer rather than asyncio.timeout(): one per wait, on every miss, and a
         # timer callback that fails the exchange is all a timeout needs to do here.
-        timer = asyncio.get_running_loop().call_later(self._read_timeout, self._time_out)
+        timer = self._loop.call_later(self._read_timeout, self._time_out)
         try:
             await event
         finally:
@@ -256,12 +340,15 @@ class UpstreamConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def _fail(self, error: Exception) -> None:
+    def _fail(self, error: UpstreamError) -> None:
         if self._error is None:
             self._error = error
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
             self._head.exception()  # the caller may already have gone; mark it retrieved
+        listener = self._stop_listening()
+        if listener is not None:
+            listener.on_error(error)
         self._wake()
 
     def _wake(self) -> None:

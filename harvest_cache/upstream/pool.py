@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Protocol, TypeVar
@@ -35,7 +36,7 @@ class Pool:
         stack = self._idle.get((host, port))
         if not stack:
             return None
-        limit = asyncio.get_running_loop().time() - self._config.pool_idle_timeout
+        limit = time.monotonic() - self._config.pool_idle_timeout
         while stack:
             conn = stack.pop()
             if not conn.closed and conn.idle_since >= limit:
@@ -44,8 +45,17 @@ class Pool:
             conn.close()
         return None
 
+    def release(self, conn: UpstreamConnection) -> None:
+        """End ``conn``'s exchange: back to the idle stack if it ended cleanly, else closed."""
+        reusable = conn.reusable()
+        conn.finish()
+        if reusable:
+            self.put_idle(conn)
+        else:
+            conn.close()
+
     def put_idle(self, conn: UpstreamConnection) -> None:
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         conn.idle_since = now
         stack = self._idle.setdefault(conn.key, [])
         stack.append(conn)

@@ -1,0 +1,350 @@
+"""The miss fast path: plain GET misses and revalidations handled in parser callbacks.
+
+A plain GET (no field that calls for the full policy) that the memory tier cannot answer
+fresh, for an origin with an idle pooled connection, costs no task and no await: the request
+goes upstream from the client parser's callback, and the upstream parser's callbacks answer
+the client. It takes the common shapes only: a 304 confirming the stored object, or a body of
+known small length without Vary, stored in the memory tier alone. Anything else (a larger or
+unframed body, Vary, a disk-tier write, a failure) is handed to the general path together
+with the exchange and its flight, so the one fetch goes on there and nothing is sent twice.
+Concurrent requests for the object join the flight as they would any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+
+from harvest_cache.config import Config
+from harvest_cache.errors import UpstreamError, UpstreamReset
+from harvest_cache.http.cache_control import parse_cache_control
+from harvest_cache.http.cache_status import cache_status
+from harvest_cache.http.forwarding import end_to_end, ensure_date, forwarded_head, via_entry
+from harvest_cache.http.freshness import Heuristic, age_value
+from harvest_cache.http.headers import Headers, stored_fields
+from harvest_cache.http.policy import Fresh, StoreDecision, evaluate, storable
+from harvest_cache.http.target import Target
+from harvest_cache.http.validation import freshen, is_not_modified_for
+from harvest_cache.server.accesslog import AccessLog, Hierarchy
+from harvest_cache.server.connection import ClientConnection
+from harvest_cache.server.fetch import (
+    Fetcher,
+    Sent,
+    content_length,
+    fetch_request,
+    head_to_store,
+)
+from harvest_cache.server.flight import FlightHead, FlightRetry, StartedFetch
+from harvest_cache.server.reply import bodyless, framing
+from harvest_cache.server.request import Request
+from harvest_cache.server.tasks import TaskSet
+from harvest_cache.server.transaction import Transaction, record
+from harvest_cache.store.entry import VaryMarker
+from harvest_cache.store.interface import ObjectStore, StoredObject
+from harvest_cache.upstream.client import Exchange
+from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
+from harvest_cache.upstream.pool import Pool
+
+# Largest body this path takes: it is held whole until it is complete.
+SMALL_BODY = 64 * 1024
+# Requests on this path carry no Cache-Control or Pragma (those keep them off it).
+_NO_DIRECTIVES = parse_cache_control(())
+# Fields of the response that the cache sets itself for the client.
+_SET_HERE = frozenset({"age", "cache-status", "connection", "content-length"})
+
+
+class LeanPath:
+    """Starts lean fetches, and knows which are running (so shutdown can wait for them)."""
+
+    def __init__(
+        self,
+        config: Config,
+        name: str,
+        store: ObjectStore,
+        pool: Pool,
+        fetcher: Fetcher,
+        access_log: AccessLog,
+        heuristic: Heuristic,
+        tasks: TaskSet,
+    ) -> None:
+        self.config = config
+        self.name = name
+        self.store = store
+        self.pool = pool
+        self.fetcher = fetcher
+        self.log = access_log
+        self.heuristic = heuristic
+        self.tasks = tasks
+        self.via = via_entry("1.1", name)
+        self._running: set[LeanFetch] = set()
+        self._all_done: asyncio.Future[None] | None = None
+
+    def start(self, req: Request, target: Target, conn: ClientConnection) -> bool:
+        """Begin fetching for ``req`` here; False if it needs the general path."""
+        key = target.url
+        if self.fetcher.flying(key):
+            return False
+        found = self.store.get_memory(key)
+        if found is None:
+            if self.store.has_disk:
+                return False  # it may be on disk: looking is I/O
+        elif isinstance(found, VaryMarker) or not isinstance(found.body, bytes):
+            return False
+        elif isinstance(evaluate(found.head, _NO_DIRECTIVES, time.time(), self.heuristic), Fresh):
+            return False  # a hit the fast path has not learnt yet
+        upstream = self.pool.take_idle(target.host, target.port)
+        if upstream is None:
+            return False
+        fetch = LeanFetch(self, req, target, conn, found, upstream)
+        self._running.add(fetch)
+        fetch.send()
+        return True
+
+    def ended(self, fetch: LeanFetch) -> None:
+        self._running.discard(fetch)
+        if not self._running and self._all_done is not None and not self._all_done.done():
+            self._all_done.set_result(None)
+
+    async def drain(self, grace: float) -> None:
+        """Wait up to ``grace`` seconds for running fetches to answer their clients."""
+        if self._running:
+            self._all_done = asyncio.get_running_loop().create_future()
+            await asyncio.wait([self._all_done], timeout=grace)
+
+
+class LeanFetch:
+    """One fetch on the fast path; the upstream connection calls it as the response parses."""
+
+    __slots__ = (
+        "_answer",
+        "_chunks",
+        "_conn",
+        "_flight",
+        "_head",
+        "_path",
+        "_req",
+        "_request_time",
+        "_response_time",
+        "_stored",
+        "_target",
+        "_to_store",
+        "_tx",
+        "_upstream",
+    )
+
+    def __init__(
+        self,
+        path: LeanPath,
+        req: Request,
+        target: Target,
+        conn: ClientConnection,
+        stored: StoredObject | None,
+        upstream: UpstreamConnection,
+    ) -> None:
+        self._path = path
+        self._req = req
+        self._target = target
+        self._conn = conn
+        self._stored = stored
+        self._upstream = upstream
+        self._flight = path.fetcher.open_flight(target.url)
+        self._head: ResponseHead | None = None
+        self._chunks: list[bytes] = []
+        self._to_store: tuple[Headers, StoreDecision] | None = None
+        self._answer: tuple[bytes, bytes] | None = None  # head and body for the client
+        self._tx = Transaction(req.started, conn.client_ip, "GET", target.url)
+        self._tx.hierarchy = Hierarchy.HIER_DIRECT
+        self._tx.peer = upstream.peer_ip
+        self._request_time = 0.0
+        self._response_time = 0.0
+
+    def send(self) -> None:
+        path, stored = self._path, self._stored
+        head = fetch_request(
+            self._req,
+            self._target,
+            stored.head if stored is not None else None,
+            self._conn.client_ip,
+            path.name,
+            path.config,
+        )
+        self._request_time = time.time()
+        self._upstream.begin(False, path.config.upstream.read_timeout, self)
+        self._upstream.send_now(head)
+
+    # -- Listener ----------------------------------------------------------------------------
+
+    def on_head(self, head: ResponseHead) -> None:
+        self._response_time = now = time.time()
+        self._head = head
+        headers = end_to_end(head.headers)
+        ensure_date(headers, now)
+        stored = self._stored
+        if stored is not None and head.status == 304 and is_not_modified_for(stored.head, headers):
+            self._refreshed(stored, head, headers)
+            return
+        length = content_length(headers)
+        if bodyless("GET", head.status) or length is None or length > SMALL_BODY:
+            self._move(head)
+            return
+        if "Vary" in headers:
+            self._move(head)
+            return
+        decision = storable(
+            "GET",
+            self._req.headers,
+            _NO_DIRECTIVES,
+            head.status,
+            headers,
+            parse_cache_control(headers.get_all("Cache-Control")),
+        )
+        if (decision.ok and self._path.store.has_disk) or (stored is not None and not decision.ok):
+            self._move(head)  # the store needs I/O
+            return
+        name = self._path.name
+        self._flight.publish_head(
+            FlightHead(
+                head.status,
+                head.reason,
+                headers,
+                decision.ok,
+                self._upstream.peer_ip,
+                stored=decision.ok,
+            )
+        )
+        if decision.ok:
+            self._to_store = (headers, decision)
+        fwd = "uri-miss" if stored is None else "stale"
+        value = cache_status(name, hit=False, fwd=fwd, fwd_status=head.status, stored=decision.ok)
+        self._tx.result = "TCP_MISS" if stored is None else "TCP_REFRESH_MODIFIED"
+        self._tx.content_type = headers.get("Content-Type") or "-"
+        client_head = self._client_head(head.status, head.reason, headers, [], value, length)
+        self._answer = (client_head, b"")
+
+    def on_body(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._flight.publish_nowait(chunk)
+
+    def on_end(self) -> None:
+        answer = self._answer
+        assert answer is not None
+        if self._tx.result != "TCP_REFRESH_UNMODIFIED":
+            chunks = self._chunks
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if self._to_store is not None:
+                self._store(body, *self._to_store)
+            answer = (answer[0], body)
+            self._flight.finish()
+        self._path.fetcher.retire(self._flight)
+        self._path.pool.release(self._upstream)
+        self._respond(*answer)
+
+    def on_error(self, error: UpstreamError) -> None:
+        self._upstream.finish()
+        self._upstream.close()
+        if self._tx.result == "TCP_REFRESH_UNMODIFIED" and self._answer is not None:
+            self._respond(*self._answer)  # the origin confirmed the object before failing
+            return
+        if self._head is None and isinstance(error, UpstreamReset):
+            # Most likely the origin closed the idle connection as it was reused: the
+            # general path tries again on a new one (and so does every client that joined).
+            error = FlightRetry(str(error))
+        self._flight.fail(error)
+        self._path.fetcher.retire(self._flight)
+        self._hand_over()
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _store(self, body: bytes, headers: Headers, decision: StoreDecision) -> None:
+        head = self._head
+        assert head is not None
+        url = self._target.url
+        times = (self._request_time, self._response_time)
+        stored = head_to_store(
+            url, head.status, head.reason, headers, decision, times, "", len(body)
+        )
+        self._path.store.put_now(url, stored, body)
+
+    def _refreshed(self, stored: StoredObject, head: ResponseHead, headers: Headers) -> None:
+        """A 304 confirmed the stored object: answer from it under the refreshed head."""
+        path, key = self._path, self._target.url
+        fresh = freshen(stored.head, headers, self._request_time, self._response_time)
+        write = path.store.refresh_head(key, fresh)
+        if write is not None:
+            path.tasks.spawn(write, f"store head {key}")
+        self._flight.publish_head(
+            FlightHead(
+                304, head.reason, headers, True, self._upstream.peer_ip, fresh.vary_key, fresh
+            )
+        )
+        self._flight.finish()
+        reuse = evaluate(fresh, _NO_DIRECTIVES, time.time(), path.heuristic)
+        value = cache_status(path.name, hit=False, fwd="stale", fwd_status=304, ttl=reuse.ttl)
+        assert isinstance(stored.body, bytes)
+        age = [("Age", age_value(reuse.age))]
+        body = stored.body
+        client_head = self._client_head(
+            fresh.status, fresh.reason, fresh.headers, age, value, len(body)
+        )
+        self._answer = (client_head, body)
+        self._tx.result = "TCP_REFRESH_UNMODIFIED"
+        self._tx.content_type = stored_fields(fresh.headers).get("Content-Type") or "-"
+
+    def _move(self, head: ResponseHead) -> None:
+        """Hand the exchange, its flight and the client to the general path."""
+        self._upstream.detach()
+        sent = Sent(
+            Exchange(self._path.pool, self._upstream, head),
+            self._request_time,
+            self._response_time,
+        )
+        stored = self._stored.head if self._stored is not None else None
+        path = self._path
+        path.fetcher.adopt(
+            self._flight, self._req, self._target, stored, self._conn.client_ip, sent
+        )
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        # The client reads the flight from its start; if others have read past that (it
+        # failed mid-body), the general path fetches afresh.
+        reader = self._flight.join()
+        if reader is not None:
+            started = StartedFetch(self._flight, reader, self._stored is not None)
+            self._req.started_fetch = started
+        self._path.ended(self)
+        self._conn.lean_handoff(self._req)
+
+    def _client_head(
+        self,
+        status: int,
+        reason: str,
+        fields: Iterable[tuple[str, str]],
+        extra: list[tuple[str, str]],
+        cache_status_value: str,
+        length: int,
+    ) -> bytes:
+        """The response head for the client: ``fields`` with ``extra``, Via, Cache-Status
+        and this client's framing."""
+        req, conn = self._req, self._conn
+        close = not req.keep_alive or conn.must_close
+        framed, _, conn.must_close = framing(length, req.version, close, False)
+        extra.append(("Cache-Status", cache_status_value))
+        extra.extend(framed)
+        self._tx.status = status
+        return forwarded_head(status, reason, fields, self._path.via, extra, _SET_HERE)
+
+    def _respond(self, head: bytes, body: bytes) -> None:
+        conn, tx = self._conn, self._tx
+        if conn.closed:
+            tx.aborted = True
+        elif len(body) < SMALL_BODY:
+            conn.write(head + body)
+        else:
+            conn.write(head)  # a large stored body goes out as it is, uncopied
+            conn.write(body)
+        tx.bytes_sent = len(head) + len(body)
+        record(self._path.log, tx)
+        self._path.ended(self)
+        conn.lean_done(self._req.keep_alive)
