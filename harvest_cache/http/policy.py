@@ -8,6 +8,7 @@ methods lives in ``invalidation``; ``age_value`` in ``freshness``. Both are re-e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from harvest_cache.http.cache_control import CacheControl, parse_cache_control
 from harvest_cache.http.freshness import (
@@ -149,13 +150,11 @@ def evaluate(
     max-age=0 reaching a shared cache is an explicit wish that the cache honours.
     ``only-if-cached`` is the caller's: it answers 504 instead of validating.
     """
-    headers = stored_fields(stored.headers)
-    cc = parse_cache_control(headers.get_all("Cache-Control"))
-    lifetime = freshness_lifetime(
-        stored.status, headers, cc, heuristic, response_time=stored.response_time
+    lifetime, initial_age, cc = _stored_facts(
+        stored.status, stored.headers, stored.request_time, stored.response_time, heuristic
     )
-    age = current_age(headers, stored.request_time, stored.response_time, now)
-    ttl = lifetime.seconds - age
+    age = initial_age + max(0.0, now - stored.response_time)
+    ttl = lifetime - age
     stale_forbidden = cc.must_revalidate or cc.proxy_revalidate or cc.s_maxage is not None
     reason = _validation_reason(cc, request_cc, age, ttl, stale_forbidden)
     if reason is None:
@@ -169,6 +168,23 @@ def evaluate(
         # Only for plain staleness: a client that asked for validation gets it.
         stale_while_revalidate=reason == "stale" and window is not None and -ttl <= window,
     )
+
+
+@lru_cache(maxsize=4096)
+def _stored_facts(
+    status: int,
+    fields: tuple[tuple[str, str], ...],
+    request_time: float,
+    response_time: float,
+    heuristic: Heuristic,
+) -> tuple[float, float, CacheControl]:
+    """A stored response's lifetime, its age when received (what current_age adds resident
+    time to) and its Cache-Control: the same for every request until it is revalidated."""
+    headers = stored_fields(fields)
+    cc = parse_cache_control(headers.get_all("Cache-Control"))
+    lifetime = freshness_lifetime(status, headers, cc, heuristic, response_time=response_time)
+    initial_age = current_age(headers, request_time, response_time, response_time)
+    return lifetime.seconds, initial_age, cc
 
 
 def _validation_reason(

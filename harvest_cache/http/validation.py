@@ -8,6 +8,7 @@ request is answered by ``conditional``.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.dates import format_http_date, header_date
@@ -55,20 +56,28 @@ def response_etag(headers: Headers) -> ETag | None:
     return parse_etag(lines[0]) if len(lines) == 1 else None
 
 
-def conditional_headers(stored: StoredHead) -> list[tuple[str, str]]:
+def conditional_headers(stored: StoredHead) -> tuple[tuple[str, str], ...]:
     """Fields that make a request conditional on the stored response (RFC 9111 4.3.1).
 
     If-None-Match carries the stored ETag; If-Modified-Since carries the stored Last-Modified
     verbatim (some origins compare it as text), if it is a valid date. Both when both exist:
     an origin that understands If-None-Match ignores the other (RFC 9110 13.1.3).
     """
-    headers = stored_fields(stored.headers)
+    return _conditional_fields(stored.headers)
+
+
+# Memoised, like the other per-head computations here: an object revalidated again and
+# again keeps the same fields (within a second, even the same Date), so the work is done
+# once per distinct head.
+@lru_cache(maxsize=4096)
+def _conditional_fields(stored: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    headers = stored_fields(stored)
     out: list[tuple[str, str]] = []
     if (etag := response_etag(headers)) is not None:
         out.append(("If-None-Match", str(etag)))
     if header_date(headers, "Last-Modified") is not None:
         out.append(("If-Modified-Since", headers.get_all("Last-Modified")[0].strip()))
-    return out
+    return tuple(out)
 
 
 def is_not_modified_for(stored: StoredHead, not_modified: Headers) -> bool:
@@ -80,7 +89,13 @@ def is_not_modified_for(stored: StoredHead, not_modified: Headers) -> bool:
     selects it (RFC 9111 4.3.4 speaks of choosing among several stored responses; Harvest
     validates one at a time).
     """
-    stored_headers = stored_fields(stored.headers)
+    return _selects(stored.headers, tuple(not_modified))
+
+
+@lru_cache(maxsize=4096)
+def _selects(stored: tuple[tuple[str, str], ...], update: tuple[tuple[str, str], ...]) -> bool:
+    stored_headers = stored_fields(stored)
+    not_modified = Headers(update)
     new_etag = response_etag(not_modified)
     if new_etag is not None:
         old_etag = response_etag(stored_headers)
@@ -108,9 +123,18 @@ def freshen(
     update.remove(*_NOT_UPDATED)
     if "Date" not in update:
         update.add("Date", format_http_date(response_time))
+    items = _updated_fields(stored.headers, tuple(update))
+    return stored.revalidated(items, request_time, response_time)
+
+
+@lru_cache(maxsize=4096)
+def _updated_fields(
+    stored: tuple[tuple[str, str], ...], update: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, str], ...]:
     replaced = {name.lower() for name, _ in update} | {"age"}
-    items = [(n, v) for n, v in stored.headers if n.lower() not in replaced] + update.items()
+    items = [(n, v) for n, v in stored if n.lower() not in replaced]
+    items.extend(update)
     private = parse_cache_control(Headers(items).get_all("Cache-Control")).private_fields
     if private:
         items = [(n, v) for n, v in items if n.lower() not in private]
-    return stored.revalidated(tuple(items), request_time, response_time)
+    return tuple(items)

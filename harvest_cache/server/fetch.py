@@ -75,9 +75,10 @@ def fetch_request(
 ) -> bytes:
     """The GET request head the cache sends for ``req``, conditional when it revalidates."""
     headers = upstream_headers(req, target, client_ip, name, config)
-    if stored is not None:
-        for field, value in conditional_headers(stored):
-            headers.set(field, value)
+    if stored is not None and (validators := conditional_headers(stored)):
+        headers.remove(*(field for field, _ in validators))
+        for field, value in validators:
+            headers.add(field, value)
     return forwarding.request_head("GET", target.path, headers)
 
 

@@ -13,11 +13,13 @@ Concurrent requests for the object join the flight as they would any other.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Concatenate, ParamSpec
 
 from harvest_cache.config import Config
-from harvest_cache.errors import UpstreamError, UpstreamReset
+from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
 from harvest_cache.http.forwarding import end_to_end, ensure_date, forwarded_head, via_entry
@@ -46,6 +48,9 @@ from harvest_cache.upstream.client import Exchange
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 from harvest_cache.upstream.pool import Pool
 
+log = logging.getLogger("harvest_cache")
+P = ParamSpec("P")
+
 # Largest body this path takes: it is held whole until it is complete.
 SMALL_BODY = 64 * 1024
 # Requests on this path carry no Cache-Control or Pragma (those keep them off it).
@@ -55,7 +60,11 @@ _SET_HERE = frozenset({"age", "cache-status", "connection", "content-length"})
 
 
 class LeanPath:
-    """Starts lean fetches, and knows which are running (so shutdown can wait for them)."""
+    """Starts lean fetches, and knows which are running (so shutdown can wait for them).
+
+    ``answered`` counts requests answered here, ``handed_over`` those passed to the general
+    path after they started here (for metrics, and for tests to see which path ran).
+    """
 
     def __init__(
         self,
@@ -77,6 +86,8 @@ class LeanPath:
         self.heuristic = heuristic
         self.tasks = tasks
         self.via = via_entry("1.1", name)
+        self.answered = 0
+        self.handed_over = 0
         self._running: set[LeanFetch] = set()
         self._all_done: asyncio.Future[None] | None = None
 
@@ -111,6 +122,22 @@ class LeanPath:
         if self._running:
             self._all_done = asyncio.get_running_loop().create_future()
             await asyncio.wait([self._all_done], timeout=grace)
+
+
+def _guarded(
+    step: Callable[Concatenate[LeanFetch, P], None],
+) -> Callable[Concatenate[LeanFetch, P], None]:
+    """Run a step called from a parser or the loop; a bug in it must cost one request (its
+    connections closed), never leave a client waiting for ever."""
+
+    def run(fetch: LeanFetch, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            step(fetch, *args, **kwargs)
+        except Exception:
+            log.exception("miss fast path failed for %s", fetch._target.url)
+            fetch._abandon()
+
+    return run
 
 
 class LeanFetch:
@@ -159,6 +186,7 @@ class LeanFetch:
         self._request_time = 0.0
         self._response_time = 0.0
 
+    @_guarded
     def send(self) -> None:
         path, stored = self._path, self._stored
         head = fetch_request(
@@ -175,6 +203,7 @@ class LeanFetch:
 
     # -- Listener ----------------------------------------------------------------------------
 
+    @_guarded
     def on_head(self, head: ResponseHead) -> None:
         self._response_time = now = time.time()
         self._head = head
@@ -222,10 +251,12 @@ class LeanFetch:
         client_head = self._client_head(head.status, head.reason, headers, [], value, length)
         self._answer = (client_head, b"")
 
+    @_guarded
     def on_body(self, chunk: bytes) -> None:
         self._chunks.append(chunk)
         self._flight.publish_nowait(chunk)
 
+    @_guarded
     def on_end(self) -> None:
         answer = self._answer
         assert answer is not None
@@ -240,6 +271,7 @@ class LeanFetch:
         self._path.pool.release(self._upstream)
         self._respond(*answer)
 
+    @_guarded
     def on_error(self, error: UpstreamError) -> None:
         self._upstream.finish()
         self._upstream.close()
@@ -255,6 +287,15 @@ class LeanFetch:
         self._hand_over()
 
     # -- steps -------------------------------------------------------------------------------
+
+    def _abandon(self) -> None:
+        self._upstream.detach()
+        self._upstream.close()
+        self._flight.fail(UpstreamProtocolError("internal error"))
+        self._path.fetcher.retire(self._flight)
+        self._path.ended(self)
+        self._conn.close()
+        self._conn.lean_done(False)
 
     def _store(self, body: bytes, headers: Headers, decision: StoreDecision) -> None:
         head = self._head
@@ -313,6 +354,7 @@ class LeanFetch:
         if reader is not None:
             started = StartedFetch(self._flight, reader, self._stored is not None)
             self._req.started_fetch = started
+        self._path.handed_over += 1
         self._path.ended(self)
         self._conn.lean_handoff(self._req)
 
@@ -346,5 +388,6 @@ class LeanFetch:
             conn.write(body)
         tx.bytes_sent = len(head) + len(body)
         record(self._path.log, tx)
+        self._path.answered += 1
         self._path.ended(self)
         conn.lean_done(self._req.keep_alive)

@@ -93,7 +93,7 @@ class Proxy:
         )
         self._fetcher = Fetcher(config, name, store, pool, tasks.spawn)
         self._hot = HotIndex(store, name)
-        self._lean = LeanPath(
+        self.lean = LeanPath(
             config, name, store, pool, self._fetcher, access_log, self._heuristic, tasks
         )
 
@@ -137,11 +137,11 @@ class Proxy:
             target = parse_absolute(req.target)
         except RequestError:
             return False
-        return self._access.port_allowed(target.port) and self._lean.start(req, target, conn)
+        return self._access.port_allowed(target.port) and self.lean.start(req, target, conn)
 
     async def drain(self, grace: float) -> None:
         """Let requests on the miss fast path finish, for up to ``grace`` seconds."""
-        await self._lean.drain(grace)
+        await self.lean.drain(grace)
 
     async def handle(self, req: Request, conn: ClientConnection) -> None:
         tx = Transaction(req.started, conn.client_ip, req.method, req.target)
