@@ -55,8 +55,10 @@ P = ParamSpec("P")
 SMALL_BODY = 64 * 1024
 # Requests on this path carry no Cache-Control or Pragma (those keep them off it).
 _NO_DIRECTIVES = parse_cache_control(())
-# Fields of the response that the cache sets itself for the client.
-_SET_HERE = frozenset({"age", "cache-status", "connection", "content-length"})
+# Fields of the response that the cache sets itself for the client: on a fetched response,
+# and on one served from the store (which gets its own Age).
+_SET_ON_FETCHED = frozenset({"cache-status", "connection", "content-length"})
+_SET_ON_STORED = _SET_ON_FETCHED | {"age"}
 
 
 class LeanPath:
@@ -232,23 +234,20 @@ class LeanFetch:
             self._move(head)  # the store needs I/O
             return
         name = self._path.name
+        keep = decision.ok and length <= self._path.store.max_object
+        peer = self._upstream.peer_ip
         self._flight.publish_head(
-            FlightHead(
-                head.status,
-                head.reason,
-                headers,
-                decision.ok,
-                self._upstream.peer_ip,
-                stored=decision.ok,
-            )
+            FlightHead(head.status, head.reason, headers, decision.ok, peer, stored=keep)
         )
-        if decision.ok:
+        if keep:
             self._to_store = (headers, decision)
         fwd = "uri-miss" if stored is None else "stale"
-        value = cache_status(name, hit=False, fwd=fwd, fwd_status=head.status, stored=decision.ok)
+        value = cache_status(name, hit=False, fwd=fwd, fwd_status=head.status, stored=keep)
         self._tx.result = "TCP_MISS" if stored is None else "TCP_REFRESH_MODIFIED"
         self._tx.content_type = headers.get("Content-Type") or "-"
-        client_head = self._client_head(head.status, head.reason, headers, [], value, length)
+        client_head = self._client_head(
+            head.status, head.reason, headers, [], value, length, _SET_ON_FETCHED
+        )
         self._answer = (client_head, b"")
 
     @_guarded
@@ -276,7 +275,9 @@ class LeanFetch:
         self._upstream.finish()
         self._upstream.close()
         if self._tx.result == "TCP_REFRESH_UNMODIFIED" and self._answer is not None:
-            self._respond(*self._answer)  # the origin confirmed the object before failing
+            # The origin confirmed the object before failing (stray bytes after its 304).
+            self._path.fetcher.retire(self._flight)
+            self._respond(*self._answer)
             return
         if self._head is None and isinstance(error, UpstreamReset):
             # Most likely the origin closed the idle connection as it was reused: the
@@ -326,7 +327,7 @@ class LeanFetch:
         age = [("Age", age_value(reuse.age))]
         body = stored.body
         client_head = self._client_head(
-            fresh.status, fresh.reason, fresh.headers, age, value, len(body)
+            fresh.status, fresh.reason, fresh.headers, age, value, len(body), _SET_ON_STORED
         )
         self._answer = (client_head, body)
         self._tx.result = "TCP_REFRESH_UNMODIFIED"
@@ -366,16 +367,17 @@ class LeanFetch:
         extra: list[tuple[str, str]],
         cache_status_value: str,
         length: int,
+        replaced: frozenset[str],
     ) -> bytes:
         """The response head for the client: ``fields`` with ``extra``, Via, Cache-Status
-        and this client's framing."""
+        and this client's framing (``replaced``: the names of those, lowercased)."""
         req, conn = self._req, self._conn
         close = not req.keep_alive or conn.must_close
         framed, _, conn.must_close = framing(length, req.version, close, False)
         extra.append(("Cache-Status", cache_status_value))
         extra.extend(framed)
         self._tx.status = status
-        return forwarded_head(status, reason, fields, self._path.via, extra, _SET_HERE)
+        return forwarded_head(status, reason, fields, self._path.via, extra, replaced)
 
     def _respond(self, head: bytes, body: bytes) -> None:
         conn, tx = self._conn, self._tx

@@ -45,6 +45,8 @@ class ObjectWriter(Protocol):
 
 
 class ObjectStore(Protocol):
+    max_object: int  # the largest body it stores, in bytes (-1: none)
+
     @property
     def has_disk(self) -> bool:
         """Whether there is a disk tier (so a memory miss is not yet a miss)."""
