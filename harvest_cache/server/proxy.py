@@ -8,6 +8,7 @@ comes from harvest_cache.http; this module only awaits, streams and records.
 from __future__ import annotations
 
 import time
+from secrets import token_hex
 
 from harvest_cache.config import Config
 from harvest_cache.errors import RequestError, UpstreamError
@@ -23,6 +24,7 @@ from harvest_cache.http.policy import (
     invalidates,
     request_directives,
 )
+from harvest_cache.http.ranges import IgnoreRange, SinglePart, Unsatisfiable, answer_range
 from harvest_cache.http.target import Target, parse_absolute, parse_authority
 from harvest_cache.http.vary import vary_key, vary_names
 from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head
@@ -38,7 +40,7 @@ from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.server.tunnel import open_tunnel
 from harvest_cache.store.entry import VaryMarker
-from harvest_cache.store.interface import ObjectStore, StoredObject
+from harvest_cache.store.interface import FileBody, ObjectStore, StoredObject
 from harvest_cache.upstream.client import OutgoingRequest, send
 from harvest_cache.upstream.pool import Pool
 
@@ -404,32 +406,40 @@ class Proxy:
     ) -> None:
         head = obj.head
         stored_headers = Headers(head.headers)
+        pieces: list[bytes | FileBody] = [obj.body]
         if conditional.has_conditionals(req.headers) and conditional.not_modified(
             req.headers, stored_headers
         ):
-            _close_body(obj)
             headers = conditional.not_modified_headers(stored_headers)
             status, reason, length = 304, "Not Modified", None
+            pieces = []
         else:
             headers = stored_headers
             status, reason, length = head.status, head.reason, head.body_length
+            if req.method == "GET" and status == 200 and "Range" in req.headers:
+                ranged = _ranged(req.headers, stored_headers, obj.body, head.body_length)
+                if ranged is not None:
+                    status, reason, headers, length, pieces = ranged
         if detail == "hit":
             value = cache_status(self.name, hit=True, ttl=ttl)
         else:
             value = cache_status(self.name, hit=False, fwd=detail, fwd_status=fwd_status, ttl=ttl)
         from_store(headers, age, value, self.name)
-        if status == 304 or req.method == "HEAD":
+        try:
+            if req.method == "HEAD" or not pieces:
+                reply.start(status, reason, headers, length)
+            elif len(pieces) == 1 and isinstance(pieces[0], bytes) and len(pieces[0]) < _COALESCE:
+                reply.start(status, reason, headers, length, pieces[0])
+            else:
+                reply.start(status, reason, headers, length)
+                for piece in pieces:
+                    if isinstance(piece, bytes):
+                        await reply.write(piece)
+                    else:
+                        await reply.send_file(piece)
+            await reply.end()
+        finally:
             _close_body(obj)
-            reply.start(status, reason, headers, length)
-        elif isinstance(obj.body, bytes) and len(obj.body) < _COALESCE:
-            reply.start(status, reason, headers, length, obj.body)
-        elif isinstance(obj.body, bytes):
-            reply.start(status, reason, headers, length)
-            await reply.write(obj.body)
-        else:
-            reply.start(status, reason, headers, length)
-            await reply.send_file(obj.body)
-        await reply.end()
 
     # -- everything else: forwarded as it comes --------------------------------------------------
 
@@ -486,6 +496,40 @@ def _plain(req: Request) -> bool:
         and req.body is None
         and not any(n.lower().encode("latin-1") in SLOW_FIELDS for n, _ in req.headers)
     )
+
+
+def _ranged(
+    request: Headers, stored: Headers, body: bytes | FileBody, length: int
+) -> tuple[int, str, Headers, int, list[bytes | FileBody]] | None:
+    """A Range request's answer from a complete stored 200 (RFC 9110 14): status, reason,
+    fields, length and the pieces of its body; None to send the whole response."""
+    answer = answer_range(
+        request.get("Range"), request.get("If-Range"), stored, length, boundary=token_hex(12)
+    )
+    if isinstance(answer, IgnoreRange):
+        return None
+    if isinstance(answer, Unsatisfiable):
+        return 416, "Range Not Satisfiable", Headers(answer.headers), 0, []
+    if isinstance(answer, SinglePart):
+        piece = _cut(body, answer.range.first, answer.range.last)
+        return (
+            206,
+            "Partial Content",
+            answer.response_headers(stored),
+            answer.content_length,
+            [piece],
+        )
+    pieces: list[bytes | FileBody] = []
+    for part in answer.parts:
+        pieces += (part.head, _cut(body, part.first, part.last))
+    pieces.append(answer.closing)
+    return 206, "Partial Content", answer.response_headers(stored), answer.content_length, pieces
+
+
+def _cut(body: bytes | FileBody, first: int, last: int) -> bytes | FileBody:
+    if isinstance(body, bytes):
+        return body[first : last + 1]
+    return FileBody(body.file, body.offset + first, last - first + 1)
 
 
 def _uncollapsible(headers: Headers) -> bool:

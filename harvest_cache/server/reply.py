@@ -118,21 +118,16 @@ class Reply:
 
     async def send_file(self, body: FileBody) -> None:
         """Stream a stored body from disk in large reads done in an executor (uvloop has no
-        sendfile); the file is closed either way."""
+        sendfile); the caller closes the file."""
         loop = asyncio.get_running_loop()
         fd = body.file.fileno()
-        try:
-            pos, end = body.offset, body.offset + body.length
-            while pos < end:
-                chunk = await loop.run_in_executor(
-                    None, os.pread, fd, min(_FILE_CHUNK, end - pos), pos
-                )
-                if not chunk:
-                    raise OSError(f"stored body ended {end - pos} bytes early")
-                pos += len(chunk)
-                await self.write(chunk)
-        finally:
-            await loop.run_in_executor(None, body.file.close)
+        pos, end = body.offset, body.offset + body.length
+        while pos < end:
+            chunk = await loop.run_in_executor(None, os.pread, fd, min(_FILE_CHUNK, end - pos), pos)
+            if not chunk:
+                raise OSError(f"stored body ended {end - pos} bytes early")
+            pos += len(chunk)
+            await self.write(chunk)
 
     async def send_text(self, status: int, reason: str, text: str, headers: Headers) -> None:
         """A complete small response (errors, OPTIONS, TRACE); text/plain unless set."""
