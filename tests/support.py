@@ -57,6 +57,27 @@ class Origin:
             await self._runner.cleanup()
 
 
+def static(body: bytes, headers: dict[str, str] | None = None, status: int = 200) -> Handler:
+    """A handler answering every request with the same response."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=status, body=body, headers=headers or {})
+
+    return handler
+
+
+def counting(headers: dict[str, str]) -> Handler:
+    """A handler whose body names the request number for its path: b"v1", b"v2", ..."""
+    calls = 0
+
+    async def handler(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        return web.Response(body=b"v%d" % calls, headers=headers)
+
+    return handler
+
+
 def cache_config(tmp_path: Path, **sections: dict[str, object]) -> Config:
     """A cache config for tests: ephemeral port, store and log under tmp_path, no DNS."""
     raw: dict[str, dict[str, object]] = {

@@ -20,32 +20,13 @@ from tests.support import (
     MakeCache,
     Origin,
     ProxyClient,
+    counting,
     http_date,
     our_cache_status,
     proxy_client,
+    static,
     stop_and_read_log,
 )
-
-
-def static(body: bytes, headers: dict[str, str] | None = None, status: int = 200) -> Handler:
-    """A handler answering every request with the same response."""
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(status=status, body=body, headers=headers or {})
-
-    return handler
-
-
-def counting(headers: dict[str, str]) -> Handler:
-    """A handler whose body names the request number for its path: b"v1", b"v2", ..."""
-    calls = 0
-
-    async def handler(request: web.Request) -> web.Response:
-        nonlocal calls
-        calls += 1
-        return web.Response(body=b"v%d" % calls, headers=headers)
-
-    return handler
 
 
 def results_for(lines: list[LogLine], url: str) -> list[str]:

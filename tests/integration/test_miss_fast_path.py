@@ -29,12 +29,14 @@ from tests.support import (
     RawServer,
     cache_status_members,
     closed_by_peer,
+    counting,
     http_date,
     open_proxy,
     read_head,
     read_request_head,
     read_response,
     request_bytes,
+    static,
     stop_and_read_log,
     wait_until,
 )
@@ -49,27 +51,6 @@ OK_WARM = b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nContent-Length: 4\r\n\
 def pattern(n: int, seed: str) -> bytes:
     block = hashlib.sha256(seed.encode()).digest()
     return (block * (n // len(block) + 1))[:n]
-
-
-def static(body: bytes, headers: dict[str, str] | None = None, status: int = 200) -> Handler:
-    """A handler answering every request with the same response."""
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(status=status, body=body, headers=headers or {})
-
-    return handler
-
-
-def counting(headers: dict[str, str]) -> Handler:
-    """A handler whose body names the request number for its path: b"v1", b"v2", ..."""
-    calls = 0
-
-    async def handler(request: web.Request) -> web.Response:
-        nonlocal calls
-        calls += 1
-        return web.Response(body=b"v%d" % calls, headers=headers)
-
-    return handler
 
 
 def chunked(parts: list[bytes], headers: dict[str, str]) -> Handler:
