@@ -102,12 +102,16 @@ def current_age(headers: Headers, request_time: float, response_time: float, now
     A missing Date gives no apparent age. Clock steps backwards never make it younger.
     """
     date = header_date(headers, "Date")
+    initial = initial_age(date, _age_header(headers), request_time, response_time)
+    return initial + max(0.0, now - response_time)
+
+
+def initial_age(date: float | None, age: int, request_time: float, response_time: float) -> float:
+    """The age a response had when it arrived (RFC 9111 4.2.3, corrected_initial_age), from
+    its Date and Age values and the times of its exchange."""
     apparent_age = 0.0 if date is None else max(0.0, response_time - date)
     response_delay = max(0.0, response_time - request_time)
-    corrected_age_value = _age_header(headers) + response_delay
-    corrected_initial_age = max(apparent_age, corrected_age_value)
-    resident_time = max(0.0, now - response_time)
-    return corrected_initial_age + resident_time
+    return max(apparent_age, age + response_delay)
 
 
 def age_value(age: float) -> str:

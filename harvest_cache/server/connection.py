@@ -37,6 +37,12 @@ class Handler(Protocol):
     ) -> bool:
         """Answer a plain GET/HEAD at once from the hit fast path; False if it cannot."""
 
+    def serve_planned(
+        self, conn: ClientConnection, target: bytes, fields: list[tuple[bytes, bytes]]
+    ) -> bool:
+        """Start answering a plain keep-alive HTTP/1.1 GET from a refresh plan; False if
+        none applies. If one does, as for ``serve_lean``."""
+
     def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
         """Start answering a plain GET on the miss fast path; False if it cannot. If it
         can, the connection is told ``lean_done`` or ``lean_handoff`` later."""
@@ -251,8 +257,17 @@ class ClientConnection(asyncio.Protocol):
             return False
         keep_alive = self._parser.should_keep_alive()
         version = self._parser.get_http_version()
-        if not self._handler.serve_fast(self, method, bytes(self._url), version, keep_alive):
-            return False
+        target = bytes(self._url)
+        if not self._handler.serve_fast(self, method, target, version, keep_alive):
+            if method != b"GET" or version != "1.1" or not keep_alive:
+                return False
+            self._lean = True
+            if not self._handler.serve_planned(self, target, self._raw_headers):
+                self._lean = False
+                return False
+            self._url = bytearray()
+            self._raw_headers = []  # (the planned fetch keeps the old list)
+            return True
         self._url = bytearray()
         self._raw_headers = []
         if not keep_alive:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Concatenate, ParamSpec
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
@@ -37,12 +37,13 @@ from harvest_cache.server.fetch import (
     fetch_request,
     head_to_store,
 )
-from harvest_cache.server.flight import FlightHead, FlightRetry, StartedFetch
+from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, StartedFetch
+from harvest_cache.server.refresh import RefreshPlans, plan_refresh
 from harvest_cache.server.reply import bodyless, framing
 from harvest_cache.server.request import Request
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
-from harvest_cache.store.entry import VaryMarker
+from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import ObjectStore, StoredObject
 from harvest_cache.upstream.client import Exchange
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
@@ -65,7 +66,8 @@ class LeanPath:
     """Starts lean fetches, and knows which are running (so shutdown can wait for them).
 
     ``answered`` counts requests answered here, ``handed_over`` those passed to the general
-    path after they started here (for metrics, and for tests to see which path ran).
+    path after they started here, ``planned`` the answered ones that repeated a refresh plan
+    (for metrics, and for tests to see which path ran).
     """
 
     def __init__(
@@ -88,9 +90,11 @@ class LeanPath:
         self.heuristic = heuristic
         self.tasks = tasks
         self.via = via_entry("1.1", name)
+        self.plans = RefreshPlans()
         self.answered = 0
         self.handed_over = 0
-        self._running: set[LeanFetch] = set()
+        self.planned = 0
+        self._running: set[Step] = set()
         self._all_done: asyncio.Future[None] | None = None
 
     def start(self, req: Request, target: Target, conn: ClientConnection) -> bool:
@@ -110,11 +114,14 @@ class LeanPath:
         if upstream is None:
             return False
         fetch = LeanFetch(self, req, target, conn, found, upstream)
-        self._running.add(fetch)
+        self.begun(fetch)
         fetch.send()
         return True
 
-    def ended(self, fetch: LeanFetch) -> None:
+    def begun(self, fetch: Step) -> None:
+        self._running.add(fetch)
+
+    def ended(self, fetch: Step) -> None:
         self._running.discard(fetch)
         if not self._running and self._all_done is not None and not self._all_done.done():
             self._all_done.set_result(None)
@@ -126,20 +133,59 @@ class LeanPath:
             await asyncio.wait([self._all_done], timeout=grace)
 
 
-def _guarded(
-    step: Callable[Concatenate[LeanFetch, P], None],
-) -> Callable[Concatenate[LeanFetch, P], None]:
+class Step(Protocol):
+    """A fetch on this path, as its guard and its path see it."""
+
+    @property
+    def key(self) -> str: ...
+
+    def abandon(self) -> None: ...
+
+
+S = TypeVar("S", bound=Step)
+
+
+def guarded(step: Callable[Concatenate[S, P], None]) -> Callable[Concatenate[S, P], None]:
     """Run a step called from a parser or the loop; a bug in it must cost one request (its
     connections closed), never leave a client waiting for ever."""
 
-    def run(fetch: LeanFetch, /, *args: P.args, **kwargs: P.kwargs) -> None:
+    def run(fetch: S, /, *args: P.args, **kwargs: P.kwargs) -> None:
         try:
             step(fetch, *args, **kwargs)
         except Exception:
-            log.exception("miss fast path failed for %s", fetch._target.url)
-            fetch._abandon()
+            log.exception("miss fast path failed for %s", fetch.key)
+            fetch.abandon()
 
     return run
+
+
+def abandon(
+    path: LeanPath,
+    fetch: Step,
+    upstream: UpstreamConnection,
+    flight: Flight,
+    conn: ClientConnection,
+) -> None:
+    """Give up a fetch after a bug: both connections closed, the flight failed."""
+    upstream.detach()
+    upstream.close()
+    flight.fail(UpstreamProtocolError("internal error"))
+    path.fetcher.retire(flight)
+    path.ended(fetch)
+    conn.close()
+    conn.lean_done(False)
+
+
+def write_answer(conn: ClientConnection, head: bytes, body: bytes) -> bool:
+    """Send a whole response; False if the client has gone."""
+    if conn.closed:
+        return False
+    if len(body) < SMALL_BODY:
+        conn.write(head + body)
+    else:
+        conn.write(head)  # a large stored body goes out as it is, uncopied
+        conn.write(body)
+    return True
 
 
 class LeanFetch:
@@ -152,9 +198,11 @@ class LeanFetch:
         "_flight",
         "_head",
         "_path",
+        "_plan",
         "_req",
         "_request_time",
         "_response_time",
+        "_sent",
         "_stored",
         "_target",
         "_to_store",
@@ -170,14 +218,19 @@ class LeanFetch:
         conn: ClientConnection,
         stored: StoredObject | None,
         upstream: UpstreamConnection,
+        *,
+        flight: Flight | None = None,
+        sent: tuple[bytes, float] = (b"", 0.0),
     ) -> None:
+        """``flight`` and ``sent`` (the request and when) are given when the fetch takes
+        over an exchange already under way."""
         self._path = path
         self._req = req
         self._target = target
         self._conn = conn
         self._stored = stored
         self._upstream = upstream
-        self._flight = path.fetcher.open_flight(target.url)
+        self._flight = flight or path.fetcher.open_flight(target.url)
         self._head: ResponseHead | None = None
         self._chunks: list[bytes] = []
         self._to_store: tuple[Headers, StoreDecision] | None = None
@@ -185,10 +238,14 @@ class LeanFetch:
         self._tx = Transaction(req.started, conn.client_ip, "GET", target.url)
         self._tx.hierarchy = Hierarchy.HIER_DIRECT
         self._tx.peer = upstream.peer_ip
-        self._request_time = 0.0
+        self._sent, self._request_time = sent
         self._response_time = 0.0
 
-    @_guarded
+    @property
+    def key(self) -> str:
+        return self._target.url
+
+    @guarded
     def send(self) -> None:
         path, stored = self._path, self._stored
         head = fetch_request(
@@ -199,19 +256,20 @@ class LeanFetch:
             path.name,
             path.config,
         )
+        self._sent = head
         self._request_time = time.time()
         self._upstream.begin(False, path.config.upstream.read_timeout, self)
         self._upstream.send_now(head)
 
     # -- Listener ----------------------------------------------------------------------------
 
-    @_guarded
+    @guarded
     def on_head(self, head: ResponseHead) -> None:
         self._response_time = now = time.time()
         self._head = head
+        stored = self._stored
         headers = end_to_end(head.headers)
         ensure_date(headers, now)
-        stored = self._stored
         if stored is not None and head.status == 304 and is_not_modified_for(stored.head, headers):
             self._refreshed(stored, head, headers)
             return
@@ -250,12 +308,12 @@ class LeanFetch:
         )
         self._answer = (client_head, b"")
 
-    @_guarded
+    @guarded
     def on_body(self, chunk: bytes) -> None:
         self._chunks.append(chunk)
         self._flight.publish_nowait(chunk)
 
-    @_guarded
+    @guarded
     def on_end(self) -> None:
         answer = self._answer
         assert answer is not None
@@ -270,7 +328,7 @@ class LeanFetch:
         self._path.pool.release(self._upstream)
         self._respond(*answer)
 
-    @_guarded
+    @guarded
     def on_error(self, error: UpstreamError) -> None:
         self._upstream.finish()
         self._upstream.close()
@@ -289,14 +347,8 @@ class LeanFetch:
 
     # -- steps -------------------------------------------------------------------------------
 
-    def _abandon(self) -> None:
-        self._upstream.detach()
-        self._upstream.close()
-        self._flight.fail(UpstreamProtocolError("internal error"))
-        self._path.fetcher.retire(self._flight)
-        self._path.ended(self)
-        self._conn.close()
-        self._conn.lean_done(False)
+    def abandon(self) -> None:
+        abandon(self._path, self, self._upstream, self._flight, self._conn)
 
     def _store(self, body: bytes, headers: Headers, decision: StoreDecision) -> None:
         head = self._head
@@ -321,7 +373,8 @@ class LeanFetch:
             )
         )
         self._flight.finish()
-        reuse = evaluate(fresh, _NO_DIRECTIVES, time.time(), path.heuristic)
+        now = time.time()
+        reuse = evaluate(fresh, _NO_DIRECTIVES, now, path.heuristic)
         value = cache_status(path.name, hit=False, fwd="stale", fwd_status=304, ttl=reuse.ttl)
         assert isinstance(stored.body, bytes)
         age = [("Age", age_value(reuse.age))]
@@ -332,6 +385,30 @@ class LeanFetch:
         self._answer = (client_head, body)
         self._tx.result = "TCP_REFRESH_UNMODIFIED"
         self._tx.content_type = stored_fields(fresh.headers).get("Content-Type") or "-"
+        self._learn(head, fresh, reuse.age - max(0.0, now - self._response_time))
+
+    def _learn(self, head: ResponseHead, fresh: StoredHead, received_age: float) -> None:
+        """Keep a plan of this refresh for the next same request (see ``refresh``)."""
+        path, target, req = self._path, self._target, self._req
+        obj = path.store.get_memory(target.url)
+        raw_target = req.target.encode("latin-1")
+        plan = None
+        if isinstance(obj, StoredObject) and req.version == "1.1" and req.keep_alive:
+            plan = plan_refresh(
+                target=target,
+                raw_target=raw_target,
+                obj=obj,
+                shape=tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in req.headers),
+                client_ip=self._conn.client_ip,
+                peer=self._upstream.peer_ip,
+                request=self._sent,
+                reply=head.headers,
+                fresh=fresh,
+                received_age=received_age,
+                via=path.via,
+                replaced=_SET_ON_STORED,
+            )
+        path.plans.keep(raw_target, plan)
 
     def _move(self, head: ResponseHead) -> None:
         """Hand the exchange, its flight and the client to the general path."""
@@ -381,13 +458,7 @@ class LeanFetch:
 
     def _respond(self, head: bytes, body: bytes) -> None:
         conn, tx = self._conn, self._tx
-        if conn.closed:
-            tx.aborted = True
-        elif len(body) < SMALL_BODY:
-            conn.write(head + body)
-        else:
-            conn.write(head)  # a large stored body goes out as it is, uncopied
-            conn.write(body)
+        tx.aborted = not write_answer(conn, head, body)
         tx.bytes_sent = len(head) + len(body)
         record(self._path.log, tx)
         self._path.answered += 1

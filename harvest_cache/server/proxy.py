@@ -34,6 +34,7 @@ from harvest_cache.server.fetch import Fetcher, content_length, upstream_headers
 from harvest_cache.server.flight import FlightHead, FlightRetry, StartedFetch
 from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
 from harvest_cache.server.lean import LeanPath
+from harvest_cache.server.planned import start_planned
 from harvest_cache.server.reply import ClientGone, Reply, from_store
 from harvest_cache.server.request import Request
 from harvest_cache.server.tasks import TaskSet
@@ -131,6 +132,13 @@ class Proxy:
             line = line_head(now, 0, conn.client_bytes, b"TCP_MEM_HIT", status, size, False)
             self._log.write(line + (entry.head_tail if head_only else entry.get_tail))
         return True
+
+    def serve_planned(
+        self, conn: ClientConnection, target: bytes, fields: list[tuple[bytes, bytes]]
+    ) -> bool:
+        return self._access.client_allowed(conn.client_ip) and start_planned(
+            self.lean, conn, target, fields
+        )
 
     def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
         if req.method != "GET" or not self._access.client_allowed(conn.client_ip):

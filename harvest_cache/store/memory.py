@@ -76,11 +76,14 @@ class MemoryTier:
             return False
         self._entries[key] = (found, size)
         self.size += size
+        self._evict()
+        return True
+
+    def _evict(self) -> None:
         while self.size > self.capacity:
             _, (_, evicted) = self._entries.popitem(last=False)
             self.size -= evicted
             self.evictions += 1
-        return True
 
     def bypass(self, key: str) -> None:
         """A new version of ``key`` is too big for the tier: drop the old one and count it."""
@@ -90,12 +93,24 @@ class MemoryTier:
     def replace_head(self, key: str, head: StoredHead) -> None:
         """Give a held object a new head (same body); markers and absent keys are left alone."""
         entry = self._entries.get(key)
-        if entry is None or not isinstance(entry[0], StoredObject):
+        if entry is None:
             return
-        old = entry[0]
+        old, old_size = entry
+        if not isinstance(old, StoredObject):
+            return
         # The body is unchanged, so its length is kept whatever the new head says.
-        head = head.with_body_length(old.head.body_length)
-        self.put(key, StoredObject(head, old.body, old.tier))
+        if head.body_length != old.head.body_length:
+            head = head.with_body_length(old.head.body_length)
+        assert isinstance(old.body, bytes)
+        size = head_size(head) + len(old.body)
+        if size > self.capacity:
+            self.bypass(key)
+            return
+        # In place: revalidated objects are refreshed often, and this runs on every one.
+        self._entries[key] = (StoredObject(head, old.body, old.tier), size)
+        self._entries.move_to_end(key)
+        self.size += size - old_size
+        self._evict()
 
     def delete(self, key: str) -> None:
         entry = self._entries.pop(key, None)

@@ -92,6 +92,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._ended = False  # the listened exchange is complete; on_end is due
         self._heard = False  # bytes arrived since the listener's timer last looked
         self._timer: asyncio.TimerHandle | None = None
+        self._listen_began = 0.0  # loop time at which the listened exchange began
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
@@ -227,13 +228,24 @@ class UpstreamConnection(asyncio.Protocol):
         self._ended = False
         if listener is not None:
             self._heard = False
-            self._timer = loop.call_later(read_timeout, self._check_heard)
+            self._listen_began = loop.time()
+            if self._timer is None:
+                self._timer = loop.call_later(read_timeout, self._check_heard)
 
     def send_now(self, data: bytes) -> None:
         """Write a request head without waiting (for a listened exchange)."""
         if self.transport is None or self.closed:
             raise UpstreamReset("the connection to the origin is closed")
         self.transport.write(data)
+
+    @property
+    def listening(self) -> bool:
+        return self._listener is not None
+
+    def relisten(self, listener: Listener) -> None:
+        """Send the rest of the listened exchange's events to ``listener`` instead."""
+        assert self._listener is not None, "no exchange is listened to"
+        self._listener = listener
 
     def detach(self) -> None:
         """Stop calling the listener: from here the exchange is read like any other."""
@@ -244,21 +256,24 @@ class UpstreamConnection(asyncio.Protocol):
 
     def _stop_listening(self) -> Listener | None:
         listener, self._listener = self._listener, None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         return listener
 
     def _check_heard(self) -> None:
-        # One timer per listened exchange, re-armed while bytes keep coming.
+        # One timer per connection while exchanges are listened to: re-armed while bytes
+        # keep coming or a new exchange has begun since, and left to lapse once none is
+        # listened to, so an exchange costs no timer calls.
         self._timer = None
         if self._listener is None:
             return
         if self._heard:
             self._heard = False
-            self._timer = self._loop.call_later(self._read_timeout, self._check_heard)
+            delay = self._read_timeout
+        elif (waited := self._loop.time() - self._listen_began) < self._read_timeout:
+            delay = self._read_timeout - waited
         else:
             self._time_out()
+            return
+        self._timer = self._loop.call_later(delay, self._check_heard)
 
     async def write(self, data: bytes) -> None:
         if self.transport is None or self.closed:

@@ -1,0 +1,198 @@
+"""The planned revalidation: a request answered by repeating a refresh plan (see ``refresh``).
+
+It runs from the client parser's callback like the hit fast path, before a Request is even
+made: the raw target and fields are matched against a plan, the planned conditional request
+goes out on a pooled connection, and a 304 that is the planned one is answered with the
+planned head. Anything unplanned (another status, other fields, a failure, a client that asked
+to close meanwhile) is passed at that point, with the exchange and its flight, to the miss fast
+path's general handling, which also leaves a new plan behind.
+"""
+
+from __future__ import annotations
+
+import time
+
+from harvest_cache.errors import UpstreamError
+from harvest_cache.http.cache_status import cache_status
+from harvest_cache.http.freshness import age_value
+from harvest_cache.http.headers import Headers
+from harvest_cache.server.accesslog import line_head
+from harvest_cache.server.connection import ClientConnection
+from harvest_cache.server.flight import FlightHead
+from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded, write_answer
+from harvest_cache.server.refresh import RefreshPlan
+from harvest_cache.server.request import Request
+from harvest_cache.store.interface import StoredObject
+from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
+
+_RESULT = b"TCP_REFRESH_UNMODIFIED"
+
+
+def start_planned(
+    path: LeanPath, conn: ClientConnection, target: bytes, fields: list[tuple[bytes, bytes]]
+) -> bool:
+    """Begin answering a plain keep-alive HTTP/1.1 GET for ``target`` with ``fields`` from a
+    plan; False if none applies (the request then goes on as usual)."""
+    plan = path.plans.get(target)
+    if plan is None:
+        return False
+    key = plan.target.url
+    if path.fetcher.flying(key):
+        return False  # joining that fetch is the general path's work
+    held = path.store.get_memory(key)
+    if not plan.applies(held, conn.client_ip, fields) or not plan.stale(time.time()):
+        return False
+    upstream = path.pool.take_idle(plan.target.host, plan.target.port)
+    if upstream is None:
+        return False
+    fetch = PlannedRefresh(path, plan, conn, upstream, fields)
+    path.begun(fetch)
+    fetch.send()
+    return True
+
+
+class PlannedRefresh:
+    """One planned exchange; the upstream connection calls it as the response parses."""
+
+    __slots__ = (
+        "_answer",
+        "_conn",
+        "_fields",
+        "_flight",
+        "_path",
+        "_plan",
+        "_request_time",
+        "_started",
+        "_upstream",
+    )
+
+    def __init__(
+        self,
+        path: LeanPath,
+        plan: RefreshPlan,
+        conn: ClientConnection,
+        upstream: UpstreamConnection,
+        fields: list[tuple[bytes, bytes]],
+    ) -> None:
+        self._path = path
+        self._plan = plan
+        self._conn = conn
+        self._upstream = upstream
+        self._fields = fields
+        self._flight = path.fetcher.open_flight(plan.target.url)
+        self._started = time.monotonic()
+        self._request_time = 0.0
+        self._answer: tuple[bytes, bytes] | None = None
+
+    @property
+    def key(self) -> str:
+        return self._plan.target.url
+
+    def abandon(self) -> None:
+        abandon(self._path, self, self._upstream, self._flight, self._conn)
+
+    @guarded
+    def send(self) -> None:
+        self._request_time = time.time()
+        self._upstream.begin(False, self._path.config.upstream.read_timeout, self)
+        self._upstream.send_now(self._plan.request)
+
+    # -- Listener ----------------------------------------------------------------------------
+
+    @guarded
+    def on_head(self, head: ResponseHead) -> None:
+        response_time = time.time()
+        plan = self._plan
+        date = plan.date_of(head.headers) if head.status == 304 else None
+        if date is None or self._conn.must_close:
+            self._unplanned().on_head(head)
+            return
+        path, key, stored = self._path, plan.target.url, plan.obj
+        fresh, received_age = plan.refreshed(stored.head, date, self._request_time, response_time)
+        write = path.store.refresh_head(key, fresh)
+        if write is not None:
+            path.tasks.spawn(write, f"store head {key}")
+        held = path.store.get_memory(key)
+        if isinstance(held, StoredObject):
+            plan.obj = held
+        else:
+            path.plans.keep(plan.raw_target, None)  # the memory tier did not keep it
+        # (Readers that joined take the refreshed head from the store, as after any 304.)
+        peer = self._upstream.peer_ip
+        self._flight.publish_head(FlightHead(304, head.reason, head.headers, True, peer, "", fresh))
+        self._flight.finish()
+        age = received_age + max(0.0, time.time() - response_time)
+        value = cache_status(
+            path.name, hit=False, fwd="stale", fwd_status=304, ttl=plan.lifetime - age
+        )
+        body = stored.body
+        assert isinstance(body, bytes)
+        self._answer = (plan.client_head(date, age_value(age), value, len(body)), body)
+
+    def on_body(self, chunk: bytes) -> None:
+        """Never called: a 304 has no body, and any other answer went to ``_unplanned``."""
+
+    @guarded
+    def on_end(self) -> None:
+        self._path.fetcher.retire(self._flight)
+        self._path.pool.release(self._upstream)
+        self._respond()
+
+    @guarded
+    def on_error(self, error: UpstreamError) -> None:
+        if self._answer is None:
+            self._unplanned().on_error(error)
+            return
+        # The origin confirmed the object before failing (stray bytes after its 304).
+        self._upstream.finish()
+        self._upstream.close()
+        self._path.fetcher.retire(self._flight)
+        self._respond()
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _unplanned(self) -> LeanFetch:
+        """The general fast path's fetch, taking over this exchange where it stands."""
+        plan, path = self._plan, self._path
+        req = Request(
+            method="GET",
+            target=plan.raw_target.decode("latin-1"),
+            version="1.1",
+            headers=Headers.from_raw(self._fields),
+            keep_alive=True,
+            started=self._started,
+        )
+        fetch = LeanFetch(
+            path,
+            req,
+            plan.target,
+            self._conn,
+            plan.obj,
+            self._upstream,
+            flight=self._flight,
+            sent=(plan.request, self._request_time),
+        )
+        path.ended(self)
+        path.begun(fetch)
+        if self._upstream.listening:
+            self._upstream.relisten(fetch)
+        return fetch
+
+    def _respond(self) -> None:
+        answer = self._answer
+        assert answer is not None
+        head, body = answer
+        conn, path = self._conn, self._path
+        sent = write_answer(conn, head, body)
+        if path.log.enabled:
+            size = len(head) + len(body)
+            elapsed = round((time.monotonic() - self._started) * 1000)
+            plan = self._plan
+            line = line_head(
+                time.time(), elapsed, conn.client_bytes, _RESULT, plan.status, size, not sent
+            )
+            path.log.write(line + plan.tail_for(self._upstream.peer_ip))
+        path.answered += 1
+        path.planned += 1
+        path.ended(self)
+        conn.lean_done(True)

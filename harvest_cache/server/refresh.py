@@ -1,0 +1,202 @@
+"""Prepared revalidations: the same stale object revalidated again and again.
+
+An object that must be revalidated on use (``max-age=0``, ``no-cache``, or simply expired) and
+is asked for with the same request each time makes the same exchange each time: the same
+conditional request, the same 304 but for its Date, the same answer but for Date, Age and the
+ttl in Cache-Status. Once the miss fast path has worked such an exchange out in full, it keeps
+a plan of it. A later request with the very same fields from the same client is sent the
+planned request, and if the 304 is the planned one (all but its Date), only the Date, the
+exchange times and what follows from them are new. Any other request or answer is worked out
+in full, as the first was (and leaves a new plan).
+
+A plan holds only for the object the memory tier held after the refresh it describes (an
+identity check, as for hot entries): any other change to the object retires it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harvest_cache.http.cache_control import parse_cache_control
+from harvest_cache.http.dates import parse_http_date
+from harvest_cache.http.forwarding import forwarded_head
+from harvest_cache.http.freshness import initial_age
+from harvest_cache.http.headers import Headers, stored_fields
+from harvest_cache.http.target import Target
+from harvest_cache.server.accesslog import Hierarchy, line_tail
+from harvest_cache.store.entry import StoredHead
+from harvest_cache.store.interface import StoredObject
+
+_MAX_PLANS = 4096
+
+Fields = tuple[tuple[str, str], ...]
+RawFields = tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(slots=True)
+class RefreshPlan:
+    target: Target
+    raw_target: bytes  # the request target as the client sent it
+    obj: StoredObject  # the memory tier's object after the last refresh
+    shape: RawFields  # the client's request fields as it sent them
+    client_ip: str
+    request: bytes  # the conditional request sent upstream
+    reply: list[tuple[str, str]]  # the 304's fields, with Date's value blank
+    date_at: int  # where Date is among them
+    before_date: Fields  # the refreshed head's fields before and after its Date
+    after_date: Fields
+    lifetime: float  # explicit (from max-age or s-maxage), so the Date does not change it
+    always_stale: bool  # no-cache: validated on every use whatever its lifetime
+    stale_at: float  # wall clock from which ``obj`` needs validation
+    head_before: bytes  # the client's response head up to the Date value, ...
+    head_after: bytes  # ... and after it, up to Via (Age, Cache-Status and framing follow)
+    status: int
+    content_type: str
+    peer: str  # the origin address the log tail names
+    log_tail: bytes
+
+    def applies(self, obj: object, client_ip: str, fields: list[tuple[bytes, bytes]]) -> bool:
+        """Whether this plan's request is the one to send for a request of ``fields`` from
+        ``client_ip`` while the memory tier holds ``obj``."""
+        return obj is self.obj and client_ip == self.client_ip and tuple(fields) == self.shape
+
+    def stale(self, now: float) -> bool:
+        """Whether the object needs validation at ``now`` (else it is a hit)."""
+        return self.always_stale or now >= self.stale_at
+
+    def tail_for(self, peer: str) -> bytes:
+        """The access-log line's fields after the size, for an exchange with ``peer``."""
+        if peer != self.peer:
+            self.peer = peer
+            self.log_tail = _log_tail(self.target.url, peer, self.content_type)
+        return self.log_tail
+
+    def date_of(self, reply: Headers) -> str | None:
+        """The Date of ``reply`` if it is the planned 304 but for that Date, else None."""
+        items = reply.items()  # a copy, blanked below
+        at = self.date_at
+        if len(items) != len(self.reply) or at >= len(items):
+            return None
+        name, date = items[at]
+        if name != self.reply[at][0]:
+            return None
+        items[at] = (name, "")
+        return date if items == self.reply else None
+
+    def refreshed(
+        self, stored: StoredHead, date: str, request_time: float, response_time: float
+    ) -> tuple[StoredHead, float]:
+        """The stored head after a planned 304 with ``date``, and its age on arrival.
+
+        Also moves the plan's staleness to that of the new head."""
+        name = self.reply[self.date_at][0]
+        fields = (*self.before_date, (name, date), *self.after_date)
+        received_age = initial_age(parse_http_date(date), 0, request_time, response_time)
+        self.stale_at = response_time - received_age + self.lifetime
+        return stored.revalidated(fields, request_time, response_time), received_age
+
+    def client_head(self, date: str, age: str, cache_status: str, length: int) -> bytes:
+        return b"%b%b%bAge: %b\r\nCache-Status: %b\r\nContent-Length: %d\r\n\r\n" % (
+            self.head_before,
+            date.encode("latin-1"),
+            self.head_after,
+            age.encode(),
+            cache_status.encode("latin-1"),
+            length,
+        )
+
+
+def _log_tail(url: str, peer: str, content_type: str) -> bytes:
+    return line_tail("GET", url, Hierarchy.HIER_DIRECT, peer, None, content_type)
+
+
+def plan_refresh(
+    *,
+    target: Target,
+    raw_target: bytes,
+    obj: StoredObject,
+    shape: RawFields,
+    client_ip: str,
+    peer: str,
+    request: bytes,
+    reply: Headers,
+    fresh: StoredHead,
+    received_age: float,
+    via: str,
+    replaced: frozenset[str],
+) -> RefreshPlan | None:
+    """A plan of a refresh just worked out in full: ``request`` got the 304 ``reply``, which
+    made ``fresh`` (now held as ``obj``) of age ``received_age`` when it arrived. None if the
+    refresh is not one a plan can repeat exactly: its lifetime must not depend on the Date
+    (explicit max-age or s-maxage), there is one Date (the 304's) and no Age, no Vary, and no
+    stale-while-revalidate (whether that applies changes with time).
+
+    The client head is composed by ``forwarded_head`` as on the full path, with ``via`` and
+    without the fields ``replaced`` there, so a planned answer is the same bytes."""
+    if fresh.vary_key or not isinstance(obj.body, bytes):
+        return None
+    headers = stored_fields(fresh.headers)
+    cc = parse_cache_control(headers.get_all("Cache-Control"))
+    lifetime = cc.s_maxage if cc.s_maxage is not None else cc.max_age
+    if lifetime is None or cc.stale_while_revalidate is not None or "Age" in headers:
+        return None
+    dates = [i for i, (name, _) in enumerate(fresh.headers) if name.lower() == "date"]
+    reply_dates = [i for i, (name, _) in enumerate(reply) if name.lower() == "date"]
+    if len(dates) != 1 or len(reply_dates) != 1:
+        return None
+    at, reply_at = dates[0], reply_dates[0]
+    name, date = fresh.headers[at]
+    blanked = reply.items()
+    if blanked[reply_at] != (name, date):
+        return None  # the stored Date is not the 304's
+    prefix = forwarded_head(fresh.status, fresh.reason, fresh.headers, via, (), replaced)[:-2]
+    marker = f"\r\n{name}: ".encode("latin-1")
+    line = marker + date.encode("latin-1") + b"\r\n"
+    if prefix.count(line) != 1:
+        return None
+    cut = prefix.index(line) + len(marker)
+    blanked[reply_at] = (name, "")
+    content_type = headers.get("Content-Type") or "-"
+    return RefreshPlan(
+        target=target,
+        raw_target=raw_target,
+        obj=obj,
+        shape=shape,
+        client_ip=client_ip,
+        request=request,
+        reply=blanked,
+        date_at=reply_at,
+        before_date=fresh.headers[:at],
+        after_date=fresh.headers[at + 1 :],
+        lifetime=float(lifetime),
+        always_stale=cc.no_cache or bool(cc.no_cache_fields),
+        stale_at=fresh.response_time - received_age + lifetime,
+        head_before=prefix[:cut],
+        head_after=prefix[cut + len(date) :],
+        status=fresh.status,
+        content_type=content_type,
+        peer=peer,
+        log_tail=_log_tail(target.url, peer, content_type),
+    )
+
+
+class RefreshPlans:
+    """Plans by raw request target, the oldest forgotten first past a bound."""
+
+    def __init__(self) -> None:
+        self._plans: dict[bytes, RefreshPlan] = {}
+
+    def get(self, raw_target: bytes) -> RefreshPlan | None:
+        return self._plans.get(raw_target)
+
+    def keep(self, raw_target: bytes, plan: RefreshPlan | None) -> None:
+        """Keep ``plan`` for ``raw_target``, or forget the target's plan if None."""
+        if plan is None:
+            self._plans.pop(raw_target, None)
+            return
+        if raw_target not in self._plans and len(self._plans) >= _MAX_PLANS:
+            del self._plans[next(iter(self._plans))]
+        self._plans[raw_target] = plan
+
+    def __len__(self) -> int:
+        return len(self._plans)
