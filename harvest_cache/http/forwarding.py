@@ -48,7 +48,9 @@ def end_to_end(headers: Headers, without: frozenset[str] = frozenset()) -> Heade
             named.append(value)
     if named:
         options = {o.lower() for v in named for o in split_list(v)}
-        return Headers([(n, v) for n, v in kept if n.lower() not in options])
+        # Mostly "keep-alive" or "close", which name no kept field: nothing more to drop.
+        if not options.isdisjoint(index):
+            return Headers([(n, v) for n, v in kept if n.lower() not in options])
     return Headers.indexed(kept, index)
 
 

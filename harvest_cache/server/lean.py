@@ -34,7 +34,6 @@ from harvest_cache.server.fetch import (
     Fetcher,
     Sent,
     content_length,
-    fetch_request,
     head_to_store,
 )
 from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, StartedFetch
@@ -248,13 +247,11 @@ class LeanFetch:
     @guarded
     def send(self) -> None:
         path, stored = self._path, self._stored
-        head = fetch_request(
+        head = path.fetcher.requests.head(
             self._req,
             self._target,
             stored.head if stored is not None else None,
             self._conn.client_ip,
-            path.name,
-            path.config,
         )
         self._sent = head
         self._request_time = time.time()
@@ -402,7 +399,7 @@ class LeanFetch:
                 client_ip=self._conn.client_ip,
                 peer=self._upstream.peer_ip,
                 request=self._sent,
-                reply=head.headers,
+                reply=head.raw,
                 fresh=fresh,
                 received_age=received_age,
                 via=path.via,

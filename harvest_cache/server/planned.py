@@ -103,7 +103,7 @@ class PlannedRefresh:
     def on_head(self, head: ResponseHead) -> None:
         response_time = time.time()
         plan = self._plan
-        date = plan.date_of(head.headers) if head.status == 304 else None
+        date = plan.date_of(head.raw) if head.status == 304 else None
         if date is None or self._conn.must_close:
             self._unplanned().on_head(head)
             return

@@ -21,7 +21,7 @@ from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.dates import parse_http_date
 from harvest_cache.http.forwarding import forwarded_head
 from harvest_cache.http.freshness import initial_age
-from harvest_cache.http.headers import Headers, stored_fields
+from harvest_cache.http.headers import stored_fields
 from harvest_cache.http.target import Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
 from harvest_cache.store.entry import StoredHead
@@ -41,9 +41,11 @@ class RefreshPlan:
     shape: RawFields  # the client's request fields as it sent them
     client_ip: str
     request: bytes  # the conditional request sent upstream
-    reply: list[tuple[str, str]]  # the 304's fields, with Date's value blank
-    date_at: int  # where Date is among them
+    reply_before: list[tuple[bytes, bytes]]  # the 304's fields before its Date, as received
+    reply_date: bytes  # the name of its Date field, as received
+    reply_after: list[tuple[bytes, bytes]]
     before_date: Fields  # the refreshed head's fields before and after its Date
+    date_name: str
     after_date: Fields
     lifetime: float  # explicit (from max-age or s-maxage), so the Date does not change it
     always_stale: bool  # no-cache: validated on every use whatever its lifetime
@@ -71,17 +73,16 @@ class RefreshPlan:
             self.log_tail = _log_tail(self.target.url, peer, self.content_type)
         return self.log_tail
 
-    def date_of(self, reply: Headers) -> str | None:
-        """The Date of ``reply`` if it is the planned 304 but for that Date, else None."""
-        items = reply.items()  # a copy, blanked below
-        at = self.date_at
-        if len(items) != len(self.reply) or at >= len(items):
+    def date_of(self, reply: list[tuple[bytes, bytes]]) -> str | None:
+        """The Date of ``reply`` (raw fields) if it is the planned 304 but for that Date,
+        else None."""
+        at = len(self.reply_before)
+        if len(reply) != at + 1 + len(self.reply_after):
             return None
-        name, date = items[at]
-        if name != self.reply[at][0]:
+        name, date = reply[at]
+        if name != self.reply_date or reply[:at] != self.reply_before:
             return None
-        items[at] = (name, "")
-        return date if items == self.reply else None
+        return date.decode("latin-1") if reply[at + 1 :] == self.reply_after else None
 
     def refreshed(
         self, stored: StoredHead, date: str, request_time: float, response_time: float
@@ -89,8 +90,7 @@ class RefreshPlan:
         """The stored head after a planned 304 with ``date``, and its age on arrival.
 
         Also moves the plan's staleness to that of the new head."""
-        name = self.reply[self.date_at][0]
-        fields = (*self.before_date, (name, date), *self.after_date)
+        fields = (*self.before_date, (self.date_name, date), *self.after_date)
         received_age = initial_age(parse_http_date(date), 0, request_time, response_time)
         self.stale_at = response_time - received_age + self.lifetime
         return stored.revalidated(fields, request_time, response_time), received_age
@@ -119,17 +119,17 @@ def plan_refresh(
     client_ip: str,
     peer: str,
     request: bytes,
-    reply: Headers,
+    reply: list[tuple[bytes, bytes]],
     fresh: StoredHead,
     received_age: float,
     via: str,
     replaced: frozenset[str],
 ) -> RefreshPlan | None:
-    """A plan of a refresh just worked out in full: ``request`` got the 304 ``reply``, which
-    made ``fresh`` (now held as ``obj``) of age ``received_age`` when it arrived. None if the
-    refresh is not one a plan can repeat exactly: its lifetime must not depend on the Date
-    (explicit max-age or s-maxage), there is one Date (the 304's) and no Age, no Vary, and no
-    stale-while-revalidate (whether that applies changes with time).
+    """A plan of a refresh just worked out in full: ``request`` got the 304 whose raw fields
+    are ``reply``, which made ``fresh`` (now held as ``obj``) of age ``received_age`` when it
+    arrived. None if the refresh is not one a plan can repeat exactly: its lifetime must not
+    depend on the Date (explicit max-age or s-maxage), there is one Date (the 304's) and no
+    Age, no Vary, and no stale-while-revalidate (whether that applies changes with time).
 
     The client head is composed by ``forwarded_head`` as on the full path, with ``via`` and
     without the fields ``replaced`` there, so a planned answer is the same bytes."""
@@ -141,13 +141,12 @@ def plan_refresh(
     if lifetime is None or cc.stale_while_revalidate is not None or "Age" in headers:
         return None
     dates = [i for i, (name, _) in enumerate(fresh.headers) if name.lower() == "date"]
-    reply_dates = [i for i, (name, _) in enumerate(reply) if name.lower() == "date"]
+    reply_dates = [i for i, (name, _) in enumerate(reply) if name.lower() == b"date"]
     if len(dates) != 1 or len(reply_dates) != 1:
         return None
     at, reply_at = dates[0], reply_dates[0]
     name, date = fresh.headers[at]
-    blanked = reply.items()
-    if blanked[reply_at] != (name, date):
+    if reply[reply_at] != (name.encode("latin-1"), date.encode("latin-1")):
         return None  # the stored Date is not the 304's
     prefix = forwarded_head(fresh.status, fresh.reason, fresh.headers, via, (), replaced)[:-2]
     marker = f"\r\n{name}: ".encode("latin-1")
@@ -155,7 +154,6 @@ def plan_refresh(
     if prefix.count(line) != 1:
         return None
     cut = prefix.index(line) + len(marker)
-    blanked[reply_at] = (name, "")
     content_type = headers.get("Content-Type") or "-"
     return RefreshPlan(
         target=target,
@@ -164,9 +162,11 @@ def plan_refresh(
         shape=shape,
         client_ip=client_ip,
         request=request,
-        reply=blanked,
-        date_at=reply_at,
+        reply_before=reply[:reply_at],
+        reply_date=reply[reply_at][0],
+        reply_after=reply[reply_at + 1 :],
         before_date=fresh.headers[:at],
+        date_name=name,
         after_date=fresh.headers[at + 1 :],
         lifetime=float(lifetime),
         always_stale=cc.no_cache or bool(cc.no_cache_fields),

@@ -22,16 +22,27 @@ _FRAMING_FIELDS = frozenset({b"content-length", b"transfer-encoding"})
 
 
 class ResponseHead:
-    """Status, reason and headers of one upstream response."""
+    """Status, reason and header fields of one upstream response; ``raw`` holds the fields
+    as received, ``headers`` decodes them when first asked (a planned 304 never is)."""
 
-    __slots__ = ("headers", "keep_alive", "reason", "status", "version")
+    __slots__ = ("_headers", "keep_alive", "raw", "reason", "status", "version")
 
-    def __init__(self, status: int, reason: str, version: str, headers: Headers) -> None:
+    def __init__(
+        self, status: int, reason: str, version: str, raw: list[tuple[bytes, bytes]]
+    ) -> None:
         self.status = status
         self.reason = reason
         self.version = version
-        self.headers = headers
+        self.raw = raw
+        self._headers: Headers | None = None
         self.keep_alive = True
+
+    @property
+    def headers(self) -> Headers:
+        headers = self._headers
+        if headers is None:
+            headers = self._headers = Headers.from_raw(self.raw)
+        return headers
 
     def __repr__(self) -> str:
         return f"<ResponseHead {self.status} {self.reason} HTTP/{self.version}>"
@@ -76,7 +87,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._framed = False  # the head has Content-Length or Transfer-Encoding
         self._reason = b""
-        self._head: asyncio.Future[ResponseHead] | None = None
+        self._head: ResponseHead | None = None  # the exchange's final head, once parsed
+        # Made only when a reader awaits the head (a listened exchange never does).
+        self._head_waiter: asyncio.Future[None] | None = None
         self._chunks: deque[bytes] = deque()
         self._buffered = 0
         self._complete = False
@@ -160,7 +173,7 @@ class UpstreamConnection(asyncio.Protocol):
             status,
             self._reason.decode("latin-1"),
             parser.get_http_version(),
-            Headers.from_raw(self._raw_headers),
+            self._raw_headers,
         )
         head.keep_alive = parser.should_keep_alive()
         self._close_delimited = (
@@ -168,8 +181,9 @@ class UpstreamConnection(asyncio.Protocol):
         )
         if self._close_delimited:
             head.keep_alive = False
-        if self._head is not None and not self._head.done():
-            self._head.set_result(head)
+        self._head = head
+        if self._head_waiter is not None and not self._head_waiter.done():
+            self._head_waiter.set_result(None)
         if self._listener is not None:
             self._listener.on_head(head)
         if self._head_only:
@@ -222,7 +236,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._error = None
         self._head_only = head_only
         loop = self._loop
-        self._head = loop.create_future()
+        self._head = None
         self.exchanges += 1
         self._listener = listener
         self._ended = False
@@ -284,11 +298,17 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def response_head(self) -> ResponseHead:
         """The final response head, within the read timeout (else ReadTimeout, closed)."""
-        head = self._head
-        assert head is not None, "no exchange in progress"
-        if not head.done():
-            await self._wait(head)
-        return head.result()
+        assert self._parser is not None, "no exchange in progress"
+        if self._head is None and self._error is None:
+            self._head_waiter = self._loop.create_future()
+            try:
+                await self._wait(self._head_waiter)
+            finally:
+                self._head_waiter = None
+        if self._head is None:
+            assert self._error is not None
+            raise self._error
+        return self._head
 
     async def read(self) -> bytes:
         """The next body chunk, b"" at the end of the body; raises on truncation or timeout."""
@@ -336,10 +356,7 @@ class UpstreamConnection(asyncio.Protocol):
             and self._complete
             and self._error is None
             and head is not None
-            and head.done()
-            and not head.cancelled()
-            and head.exception() is None
-            and head.result().keep_alive
+            and head.keep_alive
         )
 
     def finish(self) -> None:
@@ -358,9 +375,8 @@ class UpstreamConnection(asyncio.Protocol):
     def _fail(self, error: UpstreamError) -> None:
         if self._error is None:
             self._error = error
-        if self._head is not None and not self._head.done():
-            self._head.set_exception(error)
-            self._head.exception()  # the caller may already have gone; mark it retrieved
+        if self._head_waiter is not None and not self._head_waiter.done():
+            self._head_waiter.set_result(None)
         listener = self._stop_listening()
         if listener is not None:
             listener.on_error(error)
