@@ -107,8 +107,12 @@ class LeanPath:
                 return False  # it may be on disk: looking is I/O
         elif isinstance(found, VaryMarker) or not isinstance(found.body, bytes):
             return False
-        elif isinstance(evaluate(found.head, _NO_DIRECTIVES, time.time(), self.heuristic), Fresh):
-            return False  # a hit the fast path has not learnt yet
+        else:
+            reuse = evaluate(found.head, _NO_DIRECTIVES, time.time(), self.heuristic)
+            if isinstance(reuse, Fresh):
+                return False  # a hit the fast path has not learnt yet
+            if reuse.stale_while_revalidate:
+                return False  # served stale at once, and revalidated behind it
         upstream = self.pool.take_idle(target.host, target.port)
         if upstream is None:
             return False
@@ -201,7 +205,6 @@ class LeanFetch:
         "_req",
         "_request_time",
         "_response_time",
-        "_sent",
         "_stored",
         "_target",
         "_to_store",
@@ -219,10 +222,10 @@ class LeanFetch:
         upstream: UpstreamConnection,
         *,
         flight: Flight | None = None,
-        sent: tuple[bytes, float] = (b"", 0.0),
+        request_time: float = 0.0,
     ) -> None:
-        """``flight`` and ``sent`` (the request and when) are given when the fetch takes
-        over an exchange already under way."""
+        """``flight`` and ``request_time`` (when the request went) are given when the fetch
+        takes over an exchange already under way."""
         self._path = path
         self._req = req
         self._target = target
@@ -237,7 +240,7 @@ class LeanFetch:
         self._tx = Transaction(req.started, conn.client_ip, "GET", target.url)
         self._tx.hierarchy = Hierarchy.HIER_DIRECT
         self._tx.peer = upstream.peer_ip
-        self._sent, self._request_time = sent
+        self._request_time = request_time
         self._response_time = 0.0
 
     @property
@@ -253,7 +256,6 @@ class LeanFetch:
             stored.head if stored is not None else None,
             self._conn.client_ip,
         )
-        self._sent = head
         self._request_time = time.time()
         self._upstream.begin(False, path.config.upstream.read_timeout, self)
         self._upstream.send_now(head)
@@ -274,8 +276,8 @@ class LeanFetch:
         if bodyless("GET", head.status) or length is None or length > SMALL_BODY:
             self._move(head)
             return
-        if "Vary" in headers:
-            self._move(head)
+        if "Vary" in headers or (stored is not None and head.status >= 500):
+            self._move(head)  # (a failed validation: stale may be served instead)
             return
         decision = storable(
             "GET",
@@ -398,7 +400,8 @@ class LeanFetch:
                 shape=tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in req.headers),
                 client_ip=self._conn.client_ip,
                 peer=self._upstream.peer_ip,
-                request=self._sent,
+                # What the general path would send next, from the refreshed head's validators.
+                request=path.fetcher.requests.head(req, target, fresh, self._conn.client_ip),
                 reply=head.raw,
                 fresh=fresh,
                 received_age=received_age,

@@ -170,10 +170,10 @@ class PlannedRefresh:
             plan.obj,
             self._upstream,
             flight=self._flight,
-            sent=(plan.request, self._request_time),
+            request_time=self._request_time,
         )
+        path.begun(fetch)  # first, so that shutdown never sees no fetch running
         path.ended(self)
-        path.begun(fetch)
         if self._upstream.listening:
             self._upstream.relisten(fetch)
         return fetch
