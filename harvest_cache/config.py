@@ -253,6 +253,14 @@ class CacheConfig:
     heuristic_max_seconds: int = setting(
         86400, "Cap on heuristic freshness in seconds.", integer(0, 2**31)
     )
+    max_stale: int = setting(
+        604800,
+        "Seconds past expiry within which a stored response is still served, stale, when its"
+        " revalidation cannot reach the origin and no directive allows or forbids that (like"
+        " Squid's `max_stale`; `stale-if-error` and must-revalidate decide where present); 0"
+        " answers with the error instead.",
+        integer(0, 2**31),
+    )
 
 
 @dataclass(frozen=True, slots=True)

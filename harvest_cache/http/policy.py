@@ -124,15 +124,18 @@ class MustValidate:
     ``min-fresh``, ``must-revalidate`` (stale, and must-revalidate, proxy-revalidate or
     s-maxage forbids serving it so), or ``stale``.
 
-    ``stale_if_error``: if the origin cannot be reached or answers 5xx, the stored response
-    may be served (stale) instead (RFC 9111 4.2.4: no response directive forbids it). With
-    ``stale_while_revalidate`` (only for reason ``stale``) it may be served at once while
-    validation runs in the background (RFC 5861 3: staleness within the response's window).
+    ``stale_allowed``: no response directive forbids serving it stale (RFC 9111 4.2.4).
+    ``stale_if_error``: a ``stale-if-error`` directive of the response or the request covers
+    its staleness, so it may be served if validation fails, 5xx answers included (RFC 5861
+    4). With ``stale_while_revalidate`` (only for reason ``stale``) it may be served at once
+    while validation runs in the background (RFC 5861 3: staleness within the response's
+    window).
     """
 
     age: float
     ttl: float
     reason: str
+    stale_allowed: bool = False
     stale_if_error: bool = False
     stale_while_revalidate: bool = False
 
@@ -159,15 +162,37 @@ def evaluate(
     reason = _validation_reason(cc, request_cc, age, ttl, stale_forbidden)
     if reason is None:
         return Fresh(age, ttl, "fresh" if ttl > 0 else "max-stale")
+    allowed = not (stale_forbidden or cc.no_cache or cc.no_cache_fields)
+    staleness = max(0.0, -ttl)
+    windows = (cc.stale_if_error, request_cc.stale_if_error)
     window = cc.stale_while_revalidate
     return MustValidate(
         age,
         ttl,
         reason,
-        stale_if_error=not (stale_forbidden or cc.no_cache or cc.no_cache_fields),
+        stale_allowed=allowed,
+        stale_if_error=allowed and any(w is not None and staleness <= w for w in windows),
         # Only for plain staleness: a client that asked for validation gets it.
-        stale_while_revalidate=reason == "stale" and window is not None and -ttl <= window,
+        stale_while_revalidate=(
+            allowed and reason == "stale" and window is not None and staleness <= window
+        ),
     )
+
+
+def stale_on_failure(reuse: Reuse, *, unreachable: bool, max_stale: float) -> bool:
+    """May a stored response whose validation failed be served, stale, instead of the error?
+
+    With a ``stale-if-error`` that covers it, yes, whether the origin could not be reached or
+    answered 5xx (RFC 5861 4). Without one, only when the origin could not be reached (RFC
+    9111 4.2.4 lets a disconnected cache serve stale), the client did not ask for validation
+    itself, and it is at most ``max_stale`` seconds stale (Squid's ``max_stale``). Never when
+    a directive forbids it (must-revalidate, proxy-revalidate, s-maxage, no-cache).
+    """
+    if not isinstance(reuse, MustValidate) or not reuse.stale_allowed:
+        return False
+    if reuse.stale_if_error:
+        return True
+    return unreachable and reuse.reason == "stale" and -reuse.ttl <= max_stale
 
 
 @lru_cache(maxsize=4096)
@@ -221,5 +246,6 @@ __all__ = [
     "invalidated_urls",
     "invalidates",
     "request_directives",
+    "stale_on_failure",
     "storable",
 ]

@@ -38,6 +38,8 @@ class Result(StrEnum):
     TCP_CF_MISS = "TCP_CF_MISS"  # collapsed onto another client's fetch
     TCP_REFRESH_UNMODIFIED = "TCP_REFRESH_UNMODIFIED"
     TCP_REFRESH_MODIFIED = "TCP_REFRESH_MODIFIED"
+    TCP_REFRESH_FAIL_OLD = "TCP_REFRESH_FAIL_OLD"  # validation failed: the stale copy served
+    TCP_REFRESH_FAIL_ERR = "TCP_REFRESH_FAIL_ERR"  # validation failed: the error served
     TCP_CLIENT_REFRESH_MISS = "TCP_CLIENT_REFRESH_MISS"
     TCP_DENIED = "TCP_DENIED"
     TCP_TUNNEL = "TCP_TUNNEL"

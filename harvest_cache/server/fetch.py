@@ -34,6 +34,8 @@ log = logging.getLogger("harvest_cache")
 
 # Unread bytes a flight holds for its slowest reader before the fetch waits.
 _WINDOW = 8 << 20
+# Not storing a 5xx answer to a validation (the stored response is kept instead).
+_VALIDATION_FAILED = StoreDecision(False, "validation-failed")
 
 
 class _Mismatch(Exception):
@@ -315,14 +317,19 @@ class Fetcher:
             )
             flight.finish()
             return None
-        decision = storable(
-            "GET",
-            req.headers,
-            request_directives(req.headers),
-            head.status,
-            headers,
-            parse_cache_control(headers.get_all("Cache-Control")),
-        )
+        if stored is not None and head.status >= 500:
+            # The validation failed: the stored response stays, to be served stale where
+            # allowed and validated again next time (RFC 9111 4.3.3).
+            decision = _VALIDATION_FAILED
+        else:
+            decision = storable(
+                "GET",
+                req.headers,
+                request_directives(req.headers),
+                head.status,
+                headers,
+                parse_cache_control(headers.get_all("Cache-Control")),
+            )
         writer: ObjectWriter | None = None
         selecting = ""
         key = target.url
@@ -333,7 +340,7 @@ class Fetcher:
                 selecting = vary_key(names, req.headers)
                 key = variant_key(target.url, marker, selecting)
             writer = self._store.open_writer(key, content_length(headers))
-        elif stored is not None:
+        elif stored is not None and decision is not _VALIDATION_FAILED:
             await self._store.delete(flight.key)
         flight.publish_head(
             FlightHead(

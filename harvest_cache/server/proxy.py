@@ -7,6 +7,7 @@ comes from harvest_cache.http; this module only awaits, streams and records.
 
 from __future__ import annotations
 
+import logging
 import time
 from secrets import token_hex
 
@@ -23,6 +24,7 @@ from harvest_cache.http.policy import (
     invalidated_urls,
     invalidates,
     request_directives,
+    stale_on_failure,
 )
 from harvest_cache.http.ranges import IgnoreRange, SinglePart, Unsatisfiable, answer_range
 from harvest_cache.http.target import Target, parse_absolute, parse_authority
@@ -44,6 +46,8 @@ from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, ObjectStore, StoredObject
 from harvest_cache.upstream.client import OutgoingRequest, send
 from harvest_cache.upstream.pool import Pool
+
+log = logging.getLogger("harvest_cache")
 
 # Bodies smaller than this are joined to their head for a single send.
 _COALESCE = 64 * 1024
@@ -94,7 +98,9 @@ class Proxy:
         self._heuristic = Heuristic(
             config.cache.heuristic_percent, config.cache.heuristic_max_seconds
         )
+        self._tasks = tasks
         self._fetcher = Fetcher(config, name, store, pool, tasks.spawn)
+        self._refreshing: set[str] = set()  # keys revalidated in the background
         self._hot = HotIndex(store, name)
         self.lean = LeanPath(
             config, name, store, pool, self._fetcher, access_log, self._heuristic, tasks
@@ -307,6 +313,11 @@ class Proxy:
                     )
                 await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit")
                 return
+            if reuse.stale_while_revalidate and req.body is None:
+                self._refresh_behind(req, target, key, found, conn.client_ip)
+                tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"
+                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit")
+                return
         if cc.only_if_cached:
             _close_body(found)
             tx.result = "TCP_MISS"
@@ -348,11 +359,16 @@ class Proxy:
         try:
             try:
                 head = await flight.head
-            except FlightRetry:
-                if retried:
-                    raise
-                reader.close()
-                await self._cached(req, target, conn, tx, reply, retried=True)
+            except UpstreamError as error:
+                if isinstance(error, FlightRetry) and not retried:
+                    reader.close()
+                    await self._cached(req, target, conn, tx, reply, retried=True)
+                    return
+                if revalidating and await self._serve_stale(req, key, tx, reply, None):
+                    return
+                raise
+            failed = revalidating and head.refreshed is None and head.status >= 500
+            if failed and await self._serve_stale(req, key, tx, reply, head.status):
                 return
             if joined and not _shareable_for(head, req):
                 reader.close()
@@ -371,7 +387,9 @@ class Proxy:
                 reuse = evaluate(found.head, parse_cache_control(()), time.time(), self._heuristic)
                 await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "stale", 304)
                 return
-            if revalidating:
+            if failed:
+                tx.result = "TCP_REFRESH_FAIL_ERR"
+            elif revalidating:
                 tx.result = "TCP_REFRESH_MODIFIED"
             elif no_cache:
                 tx.result = "TCP_CLIENT_REFRESH_MISS"
@@ -401,6 +419,47 @@ class Proxy:
             await reply.end()
         finally:
             reader.close()
+
+    def _refresh_behind(
+        self, req: Request, target: Target, key: str, stale: StoredObject, client_ip: str
+    ) -> None:
+        """Revalidate ``stale`` in the background, once: not again while a refresh or any
+        other fetch of it runs (RFC 5861 3)."""
+        if key in self._refreshing or self._fetcher.flying(key):
+            return
+        self._refreshing.add(key)
+        self._tasks.spawn(self._refresh(req, target, key, stale, client_ip), f"refresh {key}")
+
+    async def _refresh(
+        self, req: Request, target: Target, key: str, stale: StoredObject, client_ip: str
+    ) -> None:
+        try:
+            # Only the head of ``stale`` is read (for its validators); the fetch stores what
+            # comes back, as it would for a client.
+            _, reader, _ = await self._fetcher.join_or_start(req, target, key, stale, client_ip)
+            reader.close()
+        except UpstreamError as e:
+            log.info("background revalidation of %s failed: %s", key, e)
+        finally:
+            self._refreshing.discard(key)
+
+    async def _serve_stale(
+        self, req: Request, key: str, tx: Transaction, reply: Reply, fwd_status: int | None
+    ) -> bool:
+        """Serve the stored response for ``key`` after its validation failed (the origin
+        answered ``fwd_status`` >= 500, or could not be reached: None), if that is allowed
+        (``stale_on_failure``); False if not, and the failure is the answer."""
+        found = await self._lookup(key)
+        if not isinstance(found, StoredObject):
+            return False
+        reuse = evaluate(found.head, request_directives(req.headers), time.time(), self._heuristic)
+        max_stale = self._config.cache.max_stale
+        if not stale_on_failure(reuse, unreachable=fwd_status is None, max_stale=max_stale):
+            _close_body(found)
+            return False
+        tx.result = "TCP_REFRESH_FAIL_OLD"
+        await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "stale", fwd_status)
+        return True
 
     async def _serve_stored(
         self,

@@ -7,7 +7,14 @@ import pytest
 from harvest_cache.http.dates import format_http_date
 from harvest_cache.http.freshness import Heuristic
 from harvest_cache.http.headers import Headers
-from harvest_cache.http.policy import Fresh, MustValidate, Reuse, evaluate, request_directives
+from harvest_cache.http.policy import (
+    Fresh,
+    MustValidate,
+    Reuse,
+    evaluate,
+    request_directives,
+    stale_on_failure,
+)
 from harvest_cache.store.entry import StoredHead
 
 T = 1_700_000_000.0
@@ -35,7 +42,7 @@ def test_s4_2_a_fresh_response_is_served_with_its_age_and_ttl() -> None:
 
 def test_s4_2_a_stale_response_must_be_validated_with_negative_ttl() -> None:
     assert reuse("max-age=100", 130) == MustValidate(
-        age=130, ttl=-30, reason="stale", stale_if_error=True
+        age=130, ttl=-30, reason="stale", stale_allowed=True
     )
 
 
@@ -91,7 +98,7 @@ def test_s5_2_1_request_directives_that_still_allow_reuse(
 
 
 @pytest.mark.parametrize(
-    ("cache_control", "stale_if_error", "stale_while_revalidate"),
+    ("cache_control", "stale_allowed", "stale_while_revalidate"),
     [
         ("max-age=100", True, False),
         ("max-age=100, stale-while-revalidate=60", True, True),
@@ -103,12 +110,12 @@ def test_s5_2_1_request_directives_that_still_allow_reuse(
     ],
 )
 def test_s4_2_4_serving_stale_only_where_no_directive_forbids_it(
-    cache_control: str, stale_if_error: bool, stale_while_revalidate: bool
+    cache_control: str, stale_allowed: bool, stale_while_revalidate: bool
 ) -> None:
     result = reuse(cache_control, 130)
     assert isinstance(result, MustValidate)
-    assert (result.stale_if_error, result.stale_while_revalidate) == (
-        stale_if_error,
+    assert (result.stale_allowed, result.stale_while_revalidate) == (
+        stale_allowed,
         stale_while_revalidate,
     )
 
@@ -131,3 +138,55 @@ def test_s4_2_a_pragma_no_cache_request_is_validated() -> None:
     result = evaluate(stored, request, T, HEURISTIC)
     assert isinstance(result, MustValidate)
     assert result.reason == "request-no-cache"
+
+
+@pytest.mark.parametrize(
+    ("cache_control", "request_cc", "age", "expected"),
+    [
+        ("max-age=100, stale-if-error=60", None, 130, True),  # 30 s stale, window 60
+        ("max-age=100, stale-if-error=60", None, 160, True),  # the window's edge
+        ("max-age=100, stale-if-error=60", None, 161, False),
+        ("max-age=100", "stale-if-error=60", 130, True),  # the client's own window
+        ("max-age=100", "stale-if-error=10", 130, False),
+        ("max-age=100", None, 130, False),  # no directive
+        ("max-age=100, must-revalidate, stale-if-error=60", None, 130, False),
+        ("s-maxage=100, stale-if-error=60", None, 130, False),
+        ("max-age=100, no-cache, stale-if-error=60", None, 130, False),
+    ],
+)
+def test_rfc5861_4_stale_if_error_window(
+    cache_control: str, request_cc: str | None, age: float, expected: bool
+) -> None:
+    result = reuse(cache_control, age, request_cc)
+    assert isinstance(result, MustValidate)
+    assert result.stale_if_error is expected
+
+
+@pytest.mark.parametrize(
+    ("cache_control", "request_cc", "age", "unreachable", "expected"),
+    [
+        # Without a directive: only when the origin cannot be reached, within max_stale.
+        ("max-age=100", None, 130, True, True),
+        ("max-age=100", None, 130, False, False),  # a 5xx answer is not disconnection
+        ("max-age=100", None, 100 + 3600, True, True),  # max_stale's edge
+        ("max-age=100", None, 100 + 3601, True, False),
+        ("max-age=100", "max-age=0", 130, True, False),  # the client asked for validation
+        # With stale-if-error: on any failure, within its window.
+        ("max-age=100, stale-if-error=60", None, 130, False, True),
+        ("max-age=100, stale-if-error=60", None, 130, True, True),
+        ("max-age=100", "max-age=0, stale-if-error=60", 130, False, True),
+        # Forbidden whatever else says so (RFC 9111 4.2.4).
+        ("max-age=100, must-revalidate", None, 130, True, False),
+        ("max-age=100, proxy-revalidate, stale-if-error=60", None, 130, True, False),
+        ("max-age=100, no-cache", None, 130, True, False),
+    ],
+)
+def test_s4_2_4_stale_on_failure(
+    cache_control: str, request_cc: str | None, age: float, unreachable: bool, expected: bool
+) -> None:
+    result = reuse(cache_control, age, request_cc)
+    assert stale_on_failure(result, unreachable=unreachable, max_stale=3600) is expected
+
+
+def test_s4_2_4_a_fresh_response_needs_no_stale_on_failure() -> None:
+    assert not stale_on_failure(reuse("max-age=100", 10), unreachable=True, max_stale=3600)
