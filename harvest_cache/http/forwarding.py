@@ -32,9 +32,11 @@ HOP_BY_HOP = frozenset(
 _NOT_FORWARDED = frozenset({"expect", "host"})
 
 
-def end_to_end(headers: Headers, without: frozenset[str] = frozenset()) -> Headers:
-    """A copy without hop-by-hop fields, the fields that Connection names, and the fields
-    ``without`` names (lowercased)."""
+def end_to_end(
+    headers: Iterable[tuple[str, str]], without: frozenset[str] = frozenset()
+) -> Headers:
+    """A copy of ``headers`` (any fields in order) without hop-by-hop fields, the fields that
+    Connection names, and the fields ``without`` names (lowercased)."""
     drop = HOP_BY_HOP | without if without else HOP_BY_HOP
     kept: list[tuple[str, str]] = []
     index: dict[str, list[str]] = {}

@@ -267,7 +267,8 @@ class LeanFetch:
         self._response_time = now = time.time()
         self._head = head
         stored = self._stored
-        headers = end_to_end(head.headers)
+        # (decoded as filtered: the response's own Headers are never made here)
+        headers = end_to_end((n.decode("latin-1"), v.decode("latin-1")) for n, v in head.raw)
         ensure_date(headers, now)
         if stored is not None and head.status == 304 and is_not_modified_for(stored.head, headers):
             self._refreshed(stored, head, headers)

@@ -117,9 +117,10 @@ class PlannedRefresh:
             plan.obj = held
         else:
             path.plans.keep(plan.raw_target, None)  # the memory tier did not keep it
-        # (Readers that joined take the refreshed head from the store, as after any 304.)
+        # Readers that joined take the refreshed head from the store, as after any 304; they
+        # read the 304's own fields only for Vary, which a planned 304 has not.
         peer = self._upstream.peer_ip
-        self._flight.publish_head(FlightHead(304, head.reason, head.headers, True, peer, "", fresh))
+        self._flight.publish_head(FlightHead(304, head.reason, Headers(), True, peer, "", fresh))
         self._flight.finish()
         age = received_age + max(0.0, time.time() - response_time)
         value = cache_status(

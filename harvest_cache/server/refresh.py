@@ -129,7 +129,8 @@ def plan_refresh(
     are ``reply``, which made ``fresh`` (now held as ``obj``) of age ``received_age`` when it
     arrived. None if the refresh is not one a plan can repeat exactly: its lifetime must not
     depend on the Date (explicit max-age or s-maxage), there is one Date (the 304's) and no
-    Age, no Vary, and no stale-while-revalidate (whether that applies changes with time).
+    Age, no Vary (neither a stored variant nor a Vary field), and no stale-while-revalidate
+    (whether that applies changes with time).
 
     The client head is composed by ``forwarded_head`` as on the full path, with ``via`` and
     without the fields ``replaced`` there, so a planned answer is the same bytes."""
@@ -138,7 +139,9 @@ def plan_refresh(
     headers = stored_fields(fresh.headers)
     cc = parse_cache_control(headers.get_all("Cache-Control"))
     lifetime = cc.s_maxage if cc.s_maxage is not None else cc.max_age
-    if lifetime is None or cc.stale_while_revalidate is not None or "Age" in headers:
+    if lifetime is None or cc.stale_while_revalidate is not None:
+        return None
+    if "Age" in headers or "Vary" in headers:
         return None
     dates = [i for i, (name, _) in enumerate(fresh.headers) if name.lower() == "date"]
     reply_dates = [i for i, (name, _) in enumerate(reply) if name.lower() == b"date"]

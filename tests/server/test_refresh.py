@@ -255,6 +255,16 @@ def test_variant_is_not_planned() -> None:
     assert plan is None
 
 
+def test_vary_field_is_not_planned() -> None:
+    """A 304 that adds Vary to an object stored without it: the flight's readers would have
+    to read the 304's own fields, which a planned one does not keep."""
+    reply = not_modified()
+    reply.add("Vary", "Accept")
+    plan, held = plan_for(stored_object(), reply)
+    assert ("Vary", "Accept") in held.head.headers
+    assert plan is None
+
+
 def test_two_dates_are_not_planned() -> None:
     reply = not_modified()
     reply.add("Date", http_date(T1 + 1))
