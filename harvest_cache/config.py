@@ -8,6 +8,7 @@ is that output). :func:`load` reports every unknown key and bad value at once.
 from __future__ import annotations
 
 import ipaddress
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -56,6 +57,12 @@ def number(lo: float, hi: float) -> Parser:
         return float(v)
 
     return parse
+
+
+def boolean(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"expected true or false, got {v!r}")
+    return v
 
 
 def text(v: Any) -> str:
@@ -140,6 +147,56 @@ def token(v: Any) -> str:
     if not isinstance(v, str) or any(c in v for c in ' \t,;"()'):
         raise ValueError(f"expected a name without spaces, commas or quotes, got {v!r}")
     return v
+
+
+class RefreshPattern(NamedTuple):
+    """Heuristic freshness for URLs that ``regex`` matches (searched for anywhere in the
+    URL, like Squid's ``refresh_pattern``): ``percent`` of the time since Last-Modified,
+    clamped to [``min_seconds``, ``max_seconds``]; ``min_seconds`` without Last-Modified."""
+
+    regex: re.Pattern[str]
+    min_seconds: int
+    percent: int
+    max_seconds: int
+
+    def __str__(self) -> str:
+        case = "(?i)" if self.regex.flags & re.IGNORECASE else ""
+        return f"{case}{self.regex.pattern} {self.min_seconds} {self.percent}% {self.max_seconds}"
+
+
+_PATTERN_KEYS = ("regex", "ignore_case", "min_seconds", "percent", "max_seconds")
+
+
+def refresh_patterns(v: Any) -> tuple[RefreshPattern, ...]:
+    """A list of tables ``{regex, ignore_case?, min_seconds, percent, max_seconds}``."""
+    if not isinstance(v, list):
+        raise ValueError(f"expected a list of tables ([[cache.refresh_patterns]]), got {v!r}")
+    out = []
+    for i, item in enumerate(v):
+        where = f"pattern {i + 1}"
+        if not isinstance(item, Mapping):
+            raise ValueError(f"{where}: expected a table, got {item!r}")
+        unknown = sorted(set(item) - set(_PATTERN_KEYS))
+        if unknown:
+            known = ", ".join(_PATTERN_KEYS)
+            raise ValueError(f"{where}: unknown key {', '.join(unknown)} (known: {known})")
+        missing = [k for k in _PATTERN_KEYS if k != "ignore_case" and k not in item]
+        if missing:
+            raise ValueError(f"{where}: missing {', '.join(missing)}")
+        try:
+            ignore_case = boolean(item.get("ignore_case", False))
+            low = integer(0, 2**31)(item["min_seconds"])
+            percent = integer(0, 100_000)(item["percent"])
+            high = integer(0, 2**31)(item["max_seconds"])
+            regex = re.compile(text(item["regex"]), re.IGNORECASE if ignore_case else 0)
+        except re.error as e:
+            raise ValueError(f"{where}: bad regex {item['regex']!r}: {e}") from None
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        if low > high:
+            raise ValueError(f"{where}: min_seconds ({low}) exceeds max_seconds ({high})")
+        out.append(RefreshPattern(regex, low, percent, high))
+    return tuple(out)
 
 
 def path(v: Any) -> Path:
@@ -252,6 +309,22 @@ class CacheConfig:
     )
     heuristic_max_seconds: int = setting(
         86400, "Cap on heuristic freshness in seconds.", integer(0, 2**31)
+    )
+    refresh_patterns: tuple[RefreshPattern, ...] = setting(
+        (),
+        "Heuristic freshness per URL, like Squid's `refresh_pattern`: a list of tables"
+        " `[[cache.refresh_patterns]]` with `regex` (searched for in the URL), `ignore_case`"
+        " (default false), `min_seconds`, `percent` and `max_seconds`; the first match wins,"
+        " other URLs get `heuristic_percent` and `heuristic_max_seconds`. Only responses"
+        " without explicit freshness (max-age, s-maxage, Expires) get heuristic freshness, and"
+        " only for the statuses RFC 9111 allows.",
+        refresh_patterns,
+    )
+    cache_query_urls: bool = setting(
+        True,
+        "Whether responses to URLs with a query string (`?`) are cached; false passes them"
+        " through unstored (Squid's old `cache deny QUERY`).",
+        boolean,
     )
     max_stale: int = setting(
         604800,
@@ -412,6 +485,8 @@ def reference() -> str:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, Address):
         return str(value)
     if isinstance(value, tuple) and value and isinstance(value[0], tuple):

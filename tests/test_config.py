@@ -47,6 +47,43 @@ def test_every_problem_is_reported_at_once() -> None:
         ("server", "idle_timeout", "60", "expected a number"),
         ("server", "max_header_count", True, "expected an integer"),
         ("server", "name", "two words", "without spaces"),
+        ("cache", "cache_query_urls", "yes", "expected true or false"),
+        ("cache", "refresh_patterns", {"regex": "x"}, "expected a list of tables"),
+        ("cache", "refresh_patterns", ["x"], "pattern 1: expected a table"),
+        (
+            "cache",
+            "refresh_patterns",
+            [{"regex": "(", "min_seconds": 0, "percent": 10, "max_seconds": 60}],
+            "pattern 1: bad regex '('",
+        ),
+        (
+            "cache",
+            "refresh_patterns",
+            [
+                {"regex": "a", "min_seconds": 0, "percent": 10, "max_seconds": 60},
+                {"regex": "b", "min": 0, "percent": 10, "max_seconds": 60},
+            ],
+            "pattern 2: unknown key min (known:",
+        ),
+        ("cache", "refresh_patterns", [{"regex": "a", "percent": 10}], "missing min_seconds"),
+        (
+            "cache",
+            "refresh_patterns",
+            [{"regex": "a", "min_seconds": 90, "percent": 10, "max_seconds": 60}],
+            "min_seconds (90) exceeds max_seconds (60)",
+        ),
+        (
+            "cache",
+            "refresh_patterns",
+            [{"regex": "a", "min_seconds": 0, "percent": -1, "max_seconds": 60}],
+            "pattern 1: must be between 0 and 100000",
+        ),
+        (
+            "cache",
+            "refresh_patterns",
+            [{"regex": "a", "ignore_case": 1, "min_seconds": 0, "percent": 1, "max_seconds": 6}],
+            "pattern 1: expected true or false",
+        ),
     ],
 )
 def test_bad_values_name_the_key_and_reason(
@@ -56,6 +93,33 @@ def test_bad_values_name_the_key_and_reason(
         from_mapping({section: {key: value}})
     assert f"{section}.{key}" in str(info.value)
     assert reason in str(info.value)
+
+
+def test_refresh_patterns_from_toml(tmp_path: Path) -> None:
+    file = tmp_path / "harvest.toml"
+    file.write_text(
+        "[cache]\n"
+        "cache_query_urls = false\n"
+        "[[cache.refresh_patterns]]\n"
+        'regex = "\\\\.JPG$"\n'
+        "ignore_case = true\n"
+        "min_seconds = 60\n"
+        "percent = 50\n"
+        "max_seconds = 3600\n"
+        "[[cache.refresh_patterns]]\n"
+        'regex = "/news/"\n'
+        "min_seconds = 0\n"
+        "percent = 0\n"
+        "max_seconds = 0\n"
+    )
+    cache = load(file).cache
+    assert cache.cache_query_urls is False
+    first, second = cache.refresh_patterns
+    assert first.regex.search("http://example.com/a.jpg")  # ignore_case
+    assert (first.min_seconds, first.percent, first.max_seconds) == (60, 50, 3600)
+    assert str(first) == "(?i)\\.JPG$ 60 50% 3600"
+    assert not second.regex.search("http://example.com/NEWS/")
+    assert str(second) == "/news/ 0 0% 0"
 
 
 def test_min_ttl_above_max_ttl_is_refused() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harvest_cache.http.cache_control import MAX_DELTA, CacheControl, delta_seconds
@@ -35,6 +37,23 @@ class Heuristic:
             return float(self.min_seconds)
         share = max(0.0, since_modified) * self.percent / 100
         return min(max(share, self.min_seconds), self.max_seconds)
+
+
+class HeuristicRules:
+    """Heuristic freshness by URL (Squid's ``refresh_pattern``): the heuristic of the first
+    pattern found in the URL, else ``default``."""
+
+    def __init__(
+        self, rules: Sequence[tuple[re.Pattern[str], Heuristic]], default: Heuristic
+    ) -> None:
+        self._rules = tuple(rules)
+        self._default = default
+
+    def for_url(self, url: str) -> Heuristic:
+        for pattern, heuristic in self._rules:
+            if pattern.search(url):
+                return heuristic
+        return self._default
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamR
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
 from harvest_cache.http.forwarding import end_to_end, ensure_date, forwarded_head, via_entry
-from harvest_cache.http.freshness import Heuristic, age_value
+from harvest_cache.http.freshness import HeuristicRules, age_value
 from harvest_cache.http.headers import Headers, stored_fields
 from harvest_cache.http.policy import Fresh, StoreDecision, evaluate, storable
 from harvest_cache.http.target import Target
@@ -77,7 +77,7 @@ class LeanPath:
         pool: Pool,
         fetcher: Fetcher,
         access_log: AccessLog,
-        heuristic: Heuristic,
+        heuristics: HeuristicRules,
         tasks: TaskSet,
     ) -> None:
         self.config = config
@@ -86,7 +86,7 @@ class LeanPath:
         self.pool = pool
         self.fetcher = fetcher
         self.log = access_log
-        self.heuristic = heuristic
+        self.heuristics = heuristics
         self.tasks = tasks
         self.via = via_entry("1.1", name)
         self.plans = RefreshPlans()
@@ -108,7 +108,8 @@ class LeanPath:
         elif isinstance(found, VaryMarker) or not isinstance(found.body, bytes):
             return False
         else:
-            reuse = evaluate(found.head, _NO_DIRECTIVES, time.time(), self.heuristic)
+            heuristic = self.heuristics.for_url(key)
+            reuse = evaluate(found.head, _NO_DIRECTIVES, time.time(), heuristic)
             if isinstance(reuse, Fresh):
                 return False  # a hit the fast path has not learnt yet
             if reuse.stale_while_revalidate:
@@ -374,7 +375,7 @@ class LeanFetch:
         )
         self._flight.finish()
         now = time.time()
-        reuse = evaluate(fresh, _NO_DIRECTIVES, now, path.heuristic)
+        reuse = evaluate(fresh, _NO_DIRECTIVES, now, path.heuristics.for_url(key))
         value = cache_status(path.name, hit=False, fwd="stale", fwd_status=304, ttl=reuse.ttl)
         assert isinstance(stored.body, bytes)
         age = [("Age", age_value(reuse.age))]

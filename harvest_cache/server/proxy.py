@@ -16,7 +16,7 @@ from harvest_cache.errors import RequestError, UpstreamError
 from harvest_cache.http import conditional, forwarding
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
-from harvest_cache.http.freshness import Heuristic
+from harvest_cache.http.freshness import Heuristic, HeuristicRules
 from harvest_cache.http.headers import Headers
 from harvest_cache.http.policy import (
     Fresh,
@@ -95,15 +95,21 @@ class Proxy:
         self._pool = pool
         self._log = access_log
         self._access = Access(config.access)
-        self._heuristic = Heuristic(
-            config.cache.heuristic_percent, config.cache.heuristic_max_seconds
+        cache = config.cache
+        rules = [
+            (p.regex, Heuristic(p.percent, p.max_seconds, p.min_seconds))
+            for p in cache.refresh_patterns
+        ]
+        self._heuristics = HeuristicRules(
+            rules,
+            Heuristic(cache.heuristic_percent, cache.heuristic_max_seconds),
         )
         self._tasks = tasks
         self._fetcher = Fetcher(config, name, store, pool, tasks.spawn)
         self._refreshing: set[str] = set()  # keys revalidated in the background
         self._hot = HotIndex(store, name)
         self.lean = LeanPath(
-            config, name, store, pool, self._fetcher, access_log, self._heuristic, tasks
+            config, name, store, pool, self._fetcher, access_log, self._heuristics, tasks
         )
 
     @property
@@ -152,6 +158,8 @@ class Proxy:
         try:
             target = parse_absolute(req.target)
         except RequestError:
+            return False
+        if not self._config.cache.cache_query_urls and "?" in target.path:
             return False
         return self._access.port_allowed(target.port) and self.lean.start(req, target, conn)
 
@@ -293,6 +301,9 @@ class Proxy:
             started, req.started_fetch = req.started_fetch, None
             await self._serve_flight(req, target, started, False, False, tx, reply, conn, retried)
             return
+        if not self._config.cache.cache_query_urls and "?" in target.path:
+            await self._forward(req, target, conn, tx, reply, "TCP_MISS")
+            return
         cc = request_directives(req.headers)
         url = target.url
         key = url
@@ -304,7 +315,7 @@ class Proxy:
                 found = None
         if found is not None and not cc.no_cache:
             now = time.time()
-            reuse = evaluate(found.head, cc, now, self._heuristic)
+            reuse = evaluate(found.head, cc, now, self._heuristics.for_url(url))
             if isinstance(reuse, Fresh):
                 tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"
                 if found.tier == "memory" and key == url and _plain(req):
@@ -384,7 +395,8 @@ class Proxy:
                     # Evicted between the 304 and now: fetch it whole.
                     await self._forward(req, target, conn, tx, reply, "TCP_SWAPFAIL_MISS")
                     return
-                reuse = evaluate(found.head, parse_cache_control(()), time.time(), self._heuristic)
+                heuristic = self._heuristics.for_url(target.url)
+                reuse = evaluate(found.head, parse_cache_control(()), time.time(), heuristic)
                 await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "stale", 304)
                 return
             if failed:
@@ -452,7 +464,8 @@ class Proxy:
         found = await self._lookup(key)
         if not isinstance(found, StoredObject):
             return False
-        reuse = evaluate(found.head, request_directives(req.headers), time.time(), self._heuristic)
+        heuristic = self._heuristics.for_url(found.head.url)
+        reuse = evaluate(found.head, request_directives(req.headers), time.time(), heuristic)
         max_stale = self._config.cache.max_stale
         if not stale_on_failure(reuse, unreachable=fwd_status is None, max_stale=max_stale):
             _close_body(found)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harvest_cache.http.cache_control import MAX_DELTA, parse_cache_control
 from harvest_cache.http.dates import format_http_date
 from harvest_cache.http.freshness import (
     Heuristic,
+    HeuristicRules,
     Lifetime,
     age_value,
     current_age,
@@ -193,3 +196,25 @@ def test_s4_2_3_current_age(
 )
 def test_s5_1_age_value_is_whole_seconds_capped(age: float, value: str) -> None:
     assert age_value(age) == value
+
+
+def test_s4_2_2_heuristic_per_url_first_matching_pattern_wins() -> None:
+    images = Heuristic(percent=50, max_seconds=3600, min_seconds=60)
+    news = Heuristic(percent=0, max_seconds=0)
+    rules = HeuristicRules(
+        [
+            (re.compile(r"\.jpg$", re.IGNORECASE), images),
+            (re.compile(r"/news/"), news),
+            (re.compile(r"."), Heuristic(percent=99, max_seconds=99)),  # never reached first
+        ],
+        HEURISTIC,
+    )
+    assert rules.for_url("http://example.com/news/a.JPG") is images
+    assert rules.for_url("http://example.com/news/today") is news
+    assert rules.for_url("http://example.com/NEWS/") == Heuristic(percent=99, max_seconds=99)
+
+
+def test_s4_2_2_heuristic_without_a_matching_pattern_is_the_default() -> None:
+    rules = HeuristicRules([(re.compile(r"^http://other/"), Heuristic(1, 1))], HEURISTIC)
+    assert rules.for_url("http://example.com/other/") is HEURISTIC
+    assert HeuristicRules([], HEURISTIC).for_url("http://example.com/") is HEURISTIC

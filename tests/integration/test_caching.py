@@ -319,6 +319,65 @@ async def test_last_modified_heuristic_is_capped(origin: Origin, make_cache: Mak
         assert 27 <= await hit_ttl(client, origin.url("/cap")) <= 30
 
 
+async def test_refresh_patterns_give_heuristic_freshness_per_url(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    patterns = [
+        {
+            "regex": r"\.JPG$",
+            "ignore_case": True,
+            "min_seconds": 0,
+            "percent": 50,
+            "max_seconds": 3600,
+        },
+        {"regex": "/news/", "min_seconds": 0, "percent": 0, "max_seconds": 0},
+        {"regex": "/plain/", "min_seconds": 120, "percent": 0, "max_seconds": 600},
+    ]
+    cache = await make_cache(cache={"refresh_patterns": patterns})
+    now = time.time()
+    modified = {"Date": http_date(now), "Last-Modified": http_date(now - 1000)}
+    origin.route("/pics/a.jpg", static(b"jpg", modified))
+    origin.route("/news/today", counting({**modified, "ETag": '"n"'}))
+    origin.route("/plain/x", static(b"x", {"Date": http_date(now)}))  # no Last-Modified
+    origin.route("/other", static(b"o", modified))
+    async with proxy_client(cache) as client:
+        assert 497 <= await hit_ttl(client, origin.url("/pics/a.jpg")) <= 500  # 50% of 1000 s
+        assert 117 <= await hit_ttl(client, origin.url("/plain/x")) <= 120  # min_seconds
+        assert 97 <= await hit_ttl(client, origin.url("/other")) <= 100  # the default 10%
+        # 0%: stale at once, so every request goes to the origin (to revalidate).
+        await client.get(origin.url("/news/today"))
+        resp, _ = await client.get(origin.url("/news/today"))
+        assert our_cache_status(resp).get("hit") is not True
+        assert origin.hits["/news/today"] == 2
+
+
+async def test_explicit_freshness_beats_refresh_patterns(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    patterns = [{"regex": ".", "min_seconds": 0, "percent": 0, "max_seconds": 0}]
+    cache = await make_cache(cache={"refresh_patterns": patterns})
+    origin.route("/explicit", static(b"e", {"Cache-Control": "max-age=300"}))
+    async with proxy_client(cache) as client:
+        assert 297 <= await hit_ttl(client, origin.url("/explicit")) <= 300
+
+
+async def test_query_urls_are_passed_through_when_configured(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    cache = await make_cache(cache={"cache_query_urls": False})
+    origin.route("/q", counting({"Cache-Control": "max-age=300"}))
+    async with proxy_client(cache) as client:
+        for _ in range(3):
+            await client.get(origin.url("/q?a=1"))
+        await client.get(origin.url("/q"))
+        resp, body = await client.get(origin.url("/q"))
+    assert body == b"v4"  # the fourth fetch's body, served again
+    assert origin.hits["/q"] == 4  # three with a query, one without; the last a hit
+    assert our_cache_status(resp).get("hit") is True
+    lines = await stop_and_read_log(cache)
+    assert [line.result for line in lines if "?" in line.url] == ["TCP_MISS"] * 3
+
+
 async def test_response_stale_on_arrival_is_not_served_from_cache(
     origin: Origin, client: ProxyClient
 ) -> None:
