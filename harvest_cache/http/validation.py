@@ -107,6 +107,25 @@ def _selects(stored: tuple[tuple[str, str], ...], update: tuple[tuple[str, str],
     return new_modified is None or old_modified is None or new_modified == old_modified
 
 
+def head_confirms(stored: StoredHead, response: Headers) -> bool:
+    """Whether a 200 answering a HEAD request describes ``stored``, a GET response (RFC 9111
+    4.3.5): it carries a validator, every validator it carries (ETag, Last-Modified) has the
+    stored value, and its Content-Length, if any, is the stored body's length. If so the
+    stored response is freshened with its fields (``freshen``); if not, it is invalidated.
+    """
+    stored_headers = stored_fields(stored.headers)
+    validators = [name for name in ("ETag", "Last-Modified") if name in response]
+    if not validators:
+        return False
+    for name in validators:
+        if [v.strip() for v in response.get_all(name)] != [
+            v.strip() for v in stored_headers.get_all(name)
+        ]:
+            return False
+    length = response.get("Content-Length")
+    return length is None or length.strip() == str(stored.body_length)
+
+
 def freshen(
     stored: StoredHead, not_modified: Headers, request_time: float, response_time: float
 ) -> StoredHead:

@@ -28,6 +28,7 @@ from harvest_cache.http.policy import (
 )
 from harvest_cache.http.ranges import IgnoreRange, SinglePart, Unsatisfiable, answer_range
 from harvest_cache.http.target import Target, parse_absolute, parse_authority
+from harvest_cache.http.validation import freshen, head_confirms
 from harvest_cache.http.vary import vary_key, vary_names
 from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head
 from harvest_cache.server.acl import Access
@@ -42,7 +43,7 @@ from harvest_cache.server.request import Request
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.server.tunnel import open_tunnel
-from harvest_cache.store.entry import VaryMarker
+from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import FileBody, ObjectStore, StoredObject
 from harvest_cache.upstream.client import OutgoingRequest, send
 from harvest_cache.upstream.pool import Pool
@@ -304,6 +305,11 @@ class Proxy:
         if not self._config.cache.cache_query_urls and "?" in target.path:
             await self._forward(req, target, conn, tx, reply, "TCP_MISS")
             return
+        if "If-Match" in req.headers or "If-Unmodified-Since" in req.headers:
+            # Preconditions on the resource's current state, which only the origin knows: a
+            # cache must not evaluate them (RFC 9111 4.3.2).
+            await self._forward(req, target, conn, tx, reply, "TCP_MISS")
+            return
         cc = request_directives(req.headers)
         url = target.url
         key = url
@@ -336,7 +342,8 @@ class Proxy:
         if req.method == "HEAD" or req.body is not None or _uncollapsible(req.headers):
             _close_body(found)
             result = "TCP_CLIENT_REFRESH_MISS" if cc.no_cache else "TCP_MISS"
-            await self._forward(req, target, conn, tx, reply, result)
+            described = (key, found.head) if req.method == "HEAD" and found is not None else None
+            await self._forward(req, target, conn, tx, reply, result, described)
             return
         stored = found if found is not None and not cc.no_cache else None
         if found is not None and stored is None:
@@ -445,10 +452,15 @@ class Proxy:
     async def _refresh(
         self, req: Request, target: Target, key: str, stale: StoredObject, client_ip: str
     ) -> None:
+        # The object's own revalidation, whatever this client asked: without its Range and
+        # preconditions, whose answers (206, 412...) are for it alone.
+        headers = req.headers.copy()
+        headers.remove("Range", *conditional.CONDITIONAL_FIELDS)
+        plain = Request("GET", req.target, req.version, headers, True, req.started)
         try:
             # Only the head of ``stale`` is read (for its validators); the fetch stores what
             # comes back, as it would for a client.
-            _, reader, _ = await self._fetcher.join_or_start(req, target, key, stale, client_ip)
+            _, reader, _ = await self._fetcher.join_or_start(plain, target, key, stale, client_ip)
             reader.close()
         except UpstreamError as e:
             log.info("background revalidation of %s failed: %s", key, e)
@@ -531,7 +543,11 @@ class Proxy:
         tx: Transaction,
         reply: Reply,
         result: str,
+        described: tuple[str, StoredHead] | None = None,
     ) -> None:
+        """Pass ``req`` on and its response back. ``described``: the stored GET response (and
+        its key) that a HEAD request could have been answered with, which the response then
+        freshens or invalidates (RFC 9111 4.3.5)."""
         tx.result = result
         tx.hierarchy = Hierarchy.HIER_DIRECT
         if req.body is not None and "100-continue" in (req.headers.get("Expect") or "").lower():
@@ -545,15 +561,24 @@ class Proxy:
             body=aiter(req.body) if req.body is not None else None,
             chunked=req.chunked,
         )
+        request_time = time.time()
         exchange = await send(self._pool, out, self._config.upstream.read_timeout)
         tx.peer = exchange.peer_ip
         try:
             head = exchange.head
+            response_time = time.time()
             response_headers = forwarding.end_to_end(head.headers)
-            forwarding.ensure_date(response_headers, time.time())
+            forwarding.ensure_date(response_headers, response_time)
             if invalidates(req.method, head.status):
                 for url in invalidated_urls(target.url, response_headers):
                     await self._store.delete(url)
+            if described is not None and head.status == 200:
+                key, stored = described
+                if head_confirms(stored, response_headers):
+                    fresh = freshen(stored, response_headers, request_time, response_time)
+                    await self._store.update_head(key, fresh)
+                else:
+                    await self._store.delete(key)
             forwarding.add_via(response_headers, "1.1", self.name)
             fwd = "method" if req.method not in ("GET", "HEAD") else "uri-miss"
             response_headers.set(

@@ -10,6 +10,7 @@ from harvest_cache.http.validation import (
     ETag,
     conditional_headers,
     freshen,
+    head_confirms,
     is_not_modified_for,
     parse_etag,
 )
@@ -183,3 +184,24 @@ def test_s5_2_2_7_freshen_drops_fields_the_304_marks_private() -> None:
     fresh = freshen(stored, Headers([("Cache-Control", 'max-age=9, private="Set-Cookie"')]), T, T)
     assert "Set-Cookie" not in Headers(fresh.headers)
     assert "X-Keep" in Headers(fresh.headers)
+
+
+@pytest.mark.parametrize(
+    ("stored", "response", "confirms"),
+    [
+        ([("ETag", '"a"')], [("ETag", '"a"')], True),
+        ([("ETag", '"a"'), ("Last-Modified", LM)], [("ETag", '"a"'), ("Last-Modified", LM)], True),
+        ([("ETag", '"a"'), ("Last-Modified", LM)], [("Last-Modified", LM)], True),
+        ([("ETag", '"a"')], [("ETag", '"b"')], False),
+        ([("ETag", '"a"')], [("ETag", 'W/"a"')], False),  # the value differs
+        ([("Last-Modified", LM)], [("ETag", '"a"')], False),  # a validator not stored
+        ([("ETag", '"a"')], [], False),  # nothing to match on
+        ([("ETag", '"a"')], [("ETag", '"a"'), ("Content-Length", "5")], True),
+        ([("ETag", '"a"')], [("ETag", '"a"'), ("Content-Length", "6")], False),
+    ],
+)
+def test_s4_3_5_head_response_confirms_the_stored_get_response(
+    stored: list[tuple[str, str]], response: list[tuple[str, str]], confirms: bool
+) -> None:
+    # (the stored body is 5 bytes long)
+    assert head_confirms(head(*stored), Headers(response)) is confirms

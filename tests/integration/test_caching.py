@@ -103,6 +103,65 @@ async def test_head_served_from_stored_get(origin: Origin, client: ProxyClient) 
     assert origin.hits["/h"] == 1
 
 
+@pytest.mark.parametrize(
+    ("head_etag", "head_body", "freshened"),
+    [
+        ('"a"', b"0123456789", True),  # the same validator and length: freshened
+        ('"b"', b"0123456789", False),  # another ETag: invalidated
+        ('"a"', b"01234567890", False),  # another Content-Length: invalidated
+    ],
+    ids=["same", "other-etag", "other-length"],
+)
+async def test_s4_3_5_head_response_freshens_or_invalidates_the_stored_get(
+    origin: Origin, client: ProxyClient, head_etag: str, head_body: bytes, freshened: bool
+) -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append((request.method, request.headers.get("If-None-Match")))
+        if request.method == "HEAD":
+            headers = {"ETag": head_etag, "Cache-Control": "max-age=60"}
+            return web.Response(body=head_body, headers=headers)
+        return web.Response(
+            body=b"0123456789", headers={"ETag": '"a"', "Cache-Control": "max-age=0"}
+        )
+
+    origin.route("/hv", handler)
+    url = origin.url("/hv")
+    await client.get(url)  # stored, stale at once
+    resp, body = await client.request("HEAD", url)  # stale: forwarded as HEAD
+    assert (resp.status, body) == (200, b"")
+    assert seen == [("GET", None), ("HEAD", None)]
+    resp, body = await client.get(url)
+    assert body == b"0123456789"
+    if freshened:
+        # The HEAD's max-age=60 now applies to the stored GET response: a hit.
+        assert our_cache_status(resp).get("hit") is True
+        assert len(seen) == 2
+    else:
+        # Invalidated: fetched anew, not revalidated (nothing stored to validate).
+        assert seen[2] == ("GET", None)
+        assert our_cache_status(resp).get("fwd") == "uri-miss"
+
+
+@pytest.mark.parametrize("field", ["If-Match", "If-Unmodified-Since"])
+async def test_s4_3_2_origin_preconditions_are_not_evaluated_from_the_store(
+    origin: Origin, client: ProxyClient, field: str
+) -> None:
+    """Even with a fresh stored response, If-Match and If-Unmodified-Since go to the origin,
+    which alone knows the resource's current state."""
+    origin.route("/pre", counting({"Cache-Control": "max-age=60", "ETag": '"p"'}))
+    url = origin.url("/pre")
+    await client.get(url)
+    value = '"p"' if field == "If-Match" else http_date(time.time())
+    resp, body = await client.get(url, headers={field: value})
+    assert (resp.status, body) == (200, b"v2")
+    assert our_cache_status(resp).get("hit") is not True
+    _, body = await client.get(url)  # the stored response is still the first one
+    assert body == b"v1"
+    assert origin.hits["/pre"] == 2
+
+
 @pytest.mark.parametrize("payload", [b"repeat me", bytes(range(256)) * 1200], ids=["9B", "300k"])
 async def test_repeated_hits_keep_their_headers_and_body(
     origin: Origin, cache: CacheServer, client: ProxyClient, payload: bytes
