@@ -150,12 +150,20 @@ def forwarded_head(
     return "".join(lines).encode("latin-1")
 
 
+def interim_head(status: int, reason: str, raw: Iterable[tuple[bytes, bytes]], via: str) -> bytes:
+    """An interim (1xx) response as forwarded (RFC 9110 15.2): its end-to-end fields as
+    received (Latin-1), with ``via`` appended to Via."""
+    fields = end_to_end((n.decode("latin-1"), v.decode("latin-1")) for n, v in raw)
+    return forwarded_head(status, reason, fields, via, (), frozenset())
+
+
 __all__ = [
     "HOP_BY_HOP",
     "add_via",
     "end_to_end",
     "ensure_date",
     "forwarded_head",
+    "interim_head",
     "is_loop",
     "max_forwards",
     "request_fields",

@@ -28,6 +28,7 @@ from harvest_cache.server.request import Request
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import ObjectStore, ObjectWriter, StoredObject
 from harvest_cache.upstream.client import Exchange, OutgoingRequest, send
+from harvest_cache.upstream.connection import Interim
 from harvest_cache.upstream.pool import Pool
 
 log = logging.getLogger("harvest_cache")
@@ -171,8 +172,10 @@ class Fetcher:
         key: str,
         stored: StoredObject | None,
         client_ip: str,
+        interim: Interim | None = None,
     ) -> tuple[Flight, FlightReader, bool]:
-        """A reader of the flight for ``key``: an existing one's (joined=True) or a new one's.
+        """A reader of the flight for ``key``: an existing one's (joined=True) or a new one's
+        (whose 1xx responses go to ``interim``).
 
         A new flight's fetch runs in the calling client's handler up to the response head:
         a handler is never cancelled when its client leaves, so the fetch goes on regardless,
@@ -189,7 +192,8 @@ class Fetcher:
         first = flight.join()
         assert first is not None
         head = stored.head if stored is not None else None
-        await self._run(flight, target, self._fetch_head(flight, req, target, head, client_ip))
+        fetch = self._fetch_head(flight, req, target, head, client_ip, interim=interim)
+        await self._run(flight, target, fetch)
         return flight, first, False
 
     def flying(self, key: str) -> bool:
@@ -243,12 +247,13 @@ class Fetcher:
         stored: StoredHead | None,
         client_ip: str,
         sent: Sent | None = None,
+        interim: Interim | None = None,
     ) -> None:
         try:
-            body = await self._fetch(flight, req, target, stored, client_ip, sent)
+            body = await self._fetch(flight, req, target, stored, client_ip, sent, interim)
         except _Mismatch:
             # The 304 was for some other response: ask again, unconditionally.
-            body = await self._fetch(flight, req, target, None, client_ip)
+            body = await self._fetch(flight, req, target, None, client_ip, None, interim)
         if body is None:
             return
         step, whole = body
@@ -265,13 +270,14 @@ class Fetcher:
         stored: StoredHead | None,
         client_ip: str,
         sent: Sent | None = None,
+        interim: Interim | None = None,
     ) -> tuple[Coroutine[Any, Any, None], bool] | None:
         """Send the request (unless ``sent``) and publish the response head; returns the
         step that takes the body, and whether the body has already arrived whole (None:
         nothing more to do)."""
         if sent is None:
             head = self.requests.head(req, target, stored, client_ip)
-            out = OutgoingRequest("GET", target.host, target.port, head)
+            out = OutgoingRequest("GET", target.host, target.port, head, interim=interim)
             request_time = time.time()
             exchange = await send(self._pool, out, self._config.upstream.read_timeout)
             sent = Sent(exchange, request_time, time.time())

@@ -38,7 +38,7 @@ from harvest_cache.server.fetch import (
 )
 from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, StartedFetch
 from harvest_cache.server.refresh import RefreshPlans, plan_refresh
-from harvest_cache.server.reply import bodyless, framing
+from harvest_cache.server.reply import bodyless, framing, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
@@ -258,7 +258,8 @@ class LeanFetch:
             self._conn.client_ip,
         )
         self._request_time = time.time()
-        self._upstream.begin(False, path.config.upstream.read_timeout, self)
+        relay = interim_relay(self._conn, self._req.version, path.via)
+        self._upstream.begin(False, path.config.upstream.read_timeout, self, relay)
         self._upstream.send_now(head)
 
     # -- Listener ----------------------------------------------------------------------------

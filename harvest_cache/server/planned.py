@@ -21,6 +21,7 @@ from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.flight import FlightHead
 from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded, write_answer
 from harvest_cache.server.refresh import RefreshPlan
+from harvest_cache.server.reply import interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
@@ -94,7 +95,9 @@ class PlannedRefresh:
     @guarded
     def send(self) -> None:
         self._request_time = time.time()
-        self._upstream.begin(False, self._path.config.upstream.read_timeout, self)
+        path = self._path
+        relay = interim_relay(self._conn, "1.1", path.via)
+        self._upstream.begin(False, path.config.upstream.read_timeout, self, relay)
         self._upstream.send_now(self._plan.request)
 
     # -- Listener ----------------------------------------------------------------------------

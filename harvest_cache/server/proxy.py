@@ -38,7 +38,7 @@ from harvest_cache.server.flight import FlightHead, FlightRetry, StartedFetch
 from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
 from harvest_cache.server.lean import LeanPath
 from harvest_cache.server.planned import start_planned
-from harvest_cache.server.reply import ClientGone, Reply, from_store
+from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
@@ -106,6 +106,7 @@ class Proxy:
             Heuristic(cache.heuristic_percent, cache.heuristic_max_seconds),
         )
         self._tasks = tasks
+        self._via = forwarding.via_entry("1.1", name)
         self._fetcher = Fetcher(config, name, store, pool, tasks.spawn)
         self._refreshing: set[str] = set()  # keys revalidated in the background
         self._hot = HotIndex(store, name)
@@ -348,9 +349,10 @@ class Proxy:
         stored = found if found is not None and not cc.no_cache else None
         if found is not None and stored is None:
             _close_body(found)
+        relay = interim_relay(conn, req.version, self._via)
         try:
             flight, reader, joined = await self._fetcher.join_or_start(
-                req, target, key, stored, conn.client_ip
+                req, target, key, stored, conn.client_ip, relay
             )
         finally:
             _close_body(stored)
@@ -550,8 +552,10 @@ class Proxy:
         freshens or invalidates (RFC 9111 4.3.5)."""
         tx.result = result
         tx.hierarchy = Hierarchy.HIER_DIRECT
+        sent_continue = False
         if req.body is not None and "100-continue" in (req.headers.get("Expect") or "").lower():
             conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            sent_continue = True
         headers = upstream_headers(req, target, conn.client_ip, self.name, self._config)
         out = OutgoingRequest(
             req.method,
@@ -560,6 +564,7 @@ class Proxy:
             forwarding.request_head(req.method, target.path, headers),
             body=aiter(req.body) if req.body is not None else None,
             chunked=req.chunked,
+            interim=interim_relay(conn, req.version, self._via, sent_continue=sent_continue),
         )
         request_time = time.time()
         exchange = await send(self._pool, out, self._config.upstream.read_timeout)

@@ -9,18 +9,35 @@ from __future__ import annotations
 import asyncio
 import os
 
-from harvest_cache.http.forwarding import add_via, response_head
+from harvest_cache.http.forwarding import add_via, interim_head, response_head
 from harvest_cache.http.freshness import age_value
 from harvest_cache.http.headers import Headers
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.request import Request
 from harvest_cache.store.interface import FileBody
+from harvest_cache.upstream.connection import Interim
 
 _FILE_CHUNK = 1024 * 1024
 
 
 class ClientGone(Exception):
     """The client closed its connection while its response was being written."""
+
+
+def interim_relay(
+    conn: ClientConnection, version: str, via: str, *, sent_continue: bool = False
+) -> Interim | None:
+    """What forwards an exchange's 1xx responses to ``conn`` before its final one (RFC 9110
+    15.2): nothing for an HTTP/1.0 client, which must not get them, and no 100 once the
+    cache has sent its own (``sent_continue``)."""
+    if version != "1.1":
+        return None
+
+    def relay(status: int, reason: str, raw: list[tuple[bytes, bytes]]) -> None:
+        if not conn.closed and not (status == 100 and sent_continue):
+            conn.write(interim_head(status, reason, raw, via))
+
+    return relay
 
 
 def bodyless(method: str, status: int) -> bool:

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from harvest_cache.errors import ReadTimeout, UpstreamReset
-from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
+from harvest_cache.upstream.connection import Interim, ResponseHead, UpstreamConnection
 from harvest_cache.upstream.pool import Pool
 
 
@@ -15,7 +15,8 @@ class OutgoingRequest:
     """A request ready for the wire: ``head`` is the complete request head.
 
     ``body`` yields the decoded request body; ``chunked`` says whether it is sent with
-    chunked framing (otherwise ``head`` carries its Content-Length).
+    chunked framing (otherwise ``head`` carries its Content-Length). ``interim`` is told of
+    1xx responses before the final one.
     """
 
     method: str
@@ -24,6 +25,7 @@ class OutgoingRequest:
     head: bytes
     body: AsyncIterator[bytes] | None = None
     chunked: bool = False
+    interim: Interim | None = None
 
 
 class Exchange:
@@ -83,7 +85,7 @@ async def send(pool: Pool, req: OutgoingRequest, read_timeout: float) -> Exchang
         reused = conn is not None
         if conn is None:
             conn = await pool.connect(req.host, req.port)
-        conn.begin(req.method == "HEAD", read_timeout)
+        conn.begin(req.method == "HEAD", read_timeout, interim=req.interim)
         try:
             await conn.write(req.head)
             if req.body is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 import httptools
@@ -46,6 +47,10 @@ class ResponseHead:
 
     def __repr__(self) -> str:
         return f"<ResponseHead {self.status} {self.reason} HTTP/{self.version}>"
+
+
+# Told of each interim (1xx) response before the final one: status, reason, raw fields.
+Interim = Callable[[int, str, list[tuple[bytes, bytes]]], None]
 
 
 class Listener(Protocol):
@@ -102,6 +107,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._listener: Listener | None = None
+        self._interim: Interim | None = None
         self._ended = False  # the listened exchange is complete; on_end is due
         self._heard = False  # bytes arrived since the listener's timer last looked
         self._timer: asyncio.TimerHandle | None = None
@@ -164,7 +170,9 @@ class UpstreamConnection(asyncio.Protocol):
         assert parser is not None
         status = parser.get_status_code()
         if 100 <= status < 200 and status != 101:
-            # Interim responses are consumed here; the final one follows on this connection.
+            # Interim responses are handed on here; the final one follows on this connection.
+            if self._interim is not None:
+                self._interim(status, self._reason.decode("latin-1"), self._raw_headers)
             self._raw_headers = []
             self._reason = b""
             self._framed = False
@@ -216,13 +224,20 @@ class UpstreamConnection(asyncio.Protocol):
 
     # -- the exchange ------------------------------------------------------------------------
 
-    def begin(self, head_only: bool, read_timeout: float, listener: Listener | None = None) -> None:
+    def begin(
+        self,
+        head_only: bool,
+        read_timeout: float,
+        listener: Listener | None = None,
+        interim: Interim | None = None,
+    ) -> None:
         """Start a new exchange; ``response_head`` then waits for its final head, or
-        ``listener`` is told of it.
+        ``listener`` is told of it. ``interim`` is told of each 1xx response before it.
 
         ``read_timeout`` bounds that wait and each wait for body bytes (for a listener: each
         silence of the origin, noticed within twice the timeout).
         """
+        self._interim = interim
         self._read_timeout = read_timeout
         self._close_delimited = False
         self._parser = self._spare_parser or httptools.HttpResponseParser(self)
