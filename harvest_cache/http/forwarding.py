@@ -18,8 +18,11 @@ HOP_BY_HOP = frozenset(
         "connection",
         "keep-alive",
         "proxy-connection",
+        # These three concern the proxy next to the client alone (RFC 9110 11.7), and a
+        # cache must not store them (RFC 9111 3.1).
         "proxy-authorization",
         "proxy-authenticate",
+        "proxy-authentication-info",
         "te",
         "trailer",
         "transfer-encoding",

@@ -213,6 +213,10 @@ class ClientConnection(asyncio.Protocol):
             raise RequestError(414, "request line too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._in_head:
+            # A trailer field after a chunked body: never merged into a header section
+            # (RFC 9110 6.5.1), and never left for the next request's.
+            return
         self._raw_headers.append((name, value))
         if name.lower() in SLOW_FIELDS:
             self._slow = True

@@ -44,7 +44,7 @@ _MAX_ENTRIES = 4096
 class HotEntry:
     key: str
     obj: StoredObject
-    prefix: bytes  # status line and stored fields with Via, without Age and Cache-Status
+    prefix: bytes  # status line and stored fields with Via, without Age and our Cache-Status
     expires_at: float  # wall clock: fresh until then
     received_at: float  # wall clock at which the response's age was zero
     body: bytes
@@ -73,7 +73,8 @@ class HotIndex:
         if not isinstance(obj.body, bytes) or ttl < 1:
             return
         headers = Headers(obj.head.headers)
-        headers.remove("Age", "Cache-Status", "Content-Length", "Connection")
+        # (Cache-Status stays: ours follows the members of caches nearer the origin.)
+        headers.remove("Age", "Content-Length", "Connection")
         add_via(headers, "1.1", self._name)
         headers.add("Content-Length", str(len(obj.body)))
         prefix = response_head(obj.head.status, obj.head.reason, headers)[:-2]

@@ -56,8 +56,9 @@ SMALL_BODY = 64 * 1024
 # Requests on this path carry no Cache-Control or Pragma (those keep them off it).
 _NO_DIRECTIVES = parse_cache_control(())
 # Fields of the response that the cache sets itself for the client: on a fetched response,
-# and on one served from the store (which gets its own Age).
-_SET_ON_FETCHED = frozenset({"cache-status", "connection", "content-length"})
+# and on one served from the store (which gets its own Age). (Cache-Status is not among them:
+# ours is added after the members of caches nearer the origin.)
+_SET_ON_FETCHED = frozenset({"connection", "content-length"})
 _SET_ON_STORED = _SET_ON_FETCHED | {"age"}
 
 

@@ -16,7 +16,7 @@ from harvest_cache.errors import RequestError, UpstreamError
 from harvest_cache.http import conditional, forwarding
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
-from harvest_cache.http.freshness import Heuristic, HeuristicRules
+from harvest_cache.http.freshness import Heuristic, HeuristicRules, explicit_lifetime
 from harvest_cache.http.headers import Headers
 from harvest_cache.http.policy import (
     Fresh,
@@ -52,6 +52,9 @@ log = logging.getLogger("harvest_cache")
 
 # Bodies smaller than this are joined to their head for a single send.
 _COALESCE = 64 * 1024
+
+# Answers to a validation that count as its failure (RFC 5861 4).
+_SERVER_ERRORS = frozenset({500, 502, 503, 504})
 
 # Cache-Status details for the answers the cache gives itself.
 _DETAILS = {
@@ -387,7 +390,8 @@ class Proxy:
                 if revalidating and await self._serve_stale(req, key, tx, reply, None):
                     return
                 raise
-            failed = revalidating and head.refreshed is None and head.status >= 500
+            # The errors stale-if-error is about (RFC 5861 4); others are answers like any.
+            failed = revalidating and head.refreshed is None and head.status in _SERVER_ERRORS
             if failed and await self._serve_stale(req, key, tx, reply, head.status):
                 return
             if joined and not _shareable_for(head, req):
@@ -419,7 +423,7 @@ class Proxy:
             headers = head.headers.copy()
             forwarding.add_via(headers, "1.1", self.name)
             fwd = "stale" if revalidating else "request" if no_cache else "uri-miss"
-            headers.set(
+            headers.add(  # after any member of caches nearer the origin (RFC 9211 2)
                 "Cache-Status",
                 cache_status(
                     self.name,
@@ -553,7 +557,9 @@ class Proxy:
         tx.result = result
         tx.hierarchy = Hierarchy.HIER_DIRECT
         sent_continue = False
-        if req.body is not None and "100-continue" in (req.headers.get("Expect") or "").lower():
+        expect = (req.headers.get("Expect") or "").lower()
+        # (An HTTP/1.0 request's expectation is ignored, and it gets no 1xx: RFC 9110 10.1.1.)
+        if req.body is not None and req.version == "1.1" and "100-continue" in expect:
             conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             sent_continue = True
         headers = upstream_headers(req, target, conn.client_ip, self.name, self._config)
@@ -586,7 +592,7 @@ class Proxy:
                     await self._store.delete(key)
             forwarding.add_via(response_headers, "1.1", self.name)
             fwd = "method" if req.method not in ("GET", "HEAD") else "uri-miss"
-            response_headers.set(
+            response_headers.add(
                 "Cache-Status", cache_status(self.name, hit=False, fwd=fwd, fwd_status=head.status)
             )
             reply.start(head.status, head.reason, response_headers, content_length(head.headers))
@@ -648,8 +654,19 @@ def _uncollapsible(headers: Headers) -> bool:
 
 
 def _shareable_for(head: FlightHead, req: Request) -> bool:
+    """Whether a client that joined a fetch may be given its response."""
     if not head.shareable:
         return False
+    if head.refreshed is None:
+        # A response that may not be reused without validation (no-cache, or stale on
+        # arrival) or whose stored form omits fields (private="...") answers only the client
+        # that asked for it (RFC 9111 5.2.2.4, 5.2.2.7, 4).
+        cc = parse_cache_control(head.headers.get_all("Cache-Control"))
+        if cc.no_cache or cc.no_cache_fields or cc.private_fields:
+            return False
+        lifetime = explicit_lifetime(head.headers, cc)
+        if lifetime is not None and lifetime <= 0:
+            return False
     if "Vary" not in head.headers:
         return True
     selecting = vary_names(head.headers)

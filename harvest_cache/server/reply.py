@@ -74,7 +74,7 @@ def from_store(headers: Headers, age: float, status_value: str, name: str) -> He
     Cache-Status."""
     headers.set("Age", age_value(age))
     add_via(headers, "1.1", name)
-    headers.set("Cache-Status", status_value)
+    headers.add("Cache-Status", status_value)  # after those of caches nearer the origin
     return headers
 
 

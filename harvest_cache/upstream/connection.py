@@ -161,6 +161,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._reason += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._head is not None:
+            return  # a trailer field: never merged into the head (RFC 9110 6.5.1)
         self._raw_headers.append((name, value))
         if len(name) in (14, 17) and name.lower() in _FRAMING_FIELDS:
             self._framed = True
