@@ -304,25 +304,31 @@ class Proxy:
     ) -> None:
         if req.started_fetch is not None:
             started, req.started_fetch = req.started_fetch, None
-            await self._serve_flight(req, target, started, False, False, tx, reply, conn, retried)
+            await self._serve_flight(
+                req, target, started, False, "uri-miss", tx, reply, conn, retried
+            )
             return
         if not self._config.cache.cache_query_urls and "?" in target.path:
-            await self._forward(req, target, conn, tx, reply, "TCP_MISS")
+            await self._forward(req, target, conn, tx, reply, "TCP_MISS", fwd="bypass")
             return
         if "If-Match" in req.headers or "If-Unmodified-Since" in req.headers:
             # Preconditions on the resource's current state, which only the origin knows: a
             # cache must not evaluate them (RFC 9111 4.3.2).
-            await self._forward(req, target, conn, tx, reply, "TCP_MISS")
+            await self._forward(req, target, conn, tx, reply, "TCP_MISS", fwd="request")
             return
         cc = request_directives(req.headers)
         url = target.url
         key = url
         found = await self._lookup(url)
+        # Why the request goes forward if it does (RFC 9211 2.2), unless to validate.
+        fwd = "request" if cc.no_cache else "uri-miss"
         if isinstance(found, VaryMarker):
             key = variant_key(url, found, vary_key(found.names, req.headers))
             found = await self._lookup(key)
             if isinstance(found, VaryMarker):
                 found = None
+            if found is None and not cc.no_cache:
+                fwd = "vary-miss"
         if found is not None and not cc.no_cache:
             now = time.time()
             reuse = evaluate(found.head, cc, now, self._heuristics.for_url(url))
@@ -347,7 +353,9 @@ class Proxy:
             _close_body(found)
             result = "TCP_CLIENT_REFRESH_MISS" if cc.no_cache else "TCP_MISS"
             described = (key, found.head) if req.method == "HEAD" and found is not None else None
-            await self._forward(req, target, conn, tx, reply, result, described)
+            if found is not None and not cc.no_cache:
+                fwd = "stale"
+            await self._forward(req, target, conn, tx, reply, result, described, fwd)
             return
         stored = found if found is not None and not cc.no_cache else None
         if found is not None and stored is None:
@@ -360,9 +368,7 @@ class Proxy:
         finally:
             _close_body(stored)
         started = StartedFetch(flight, reader, stored is not None)
-        await self._serve_flight(
-            req, target, started, joined, cc.no_cache, tx, reply, conn, retried
-        )
+        await self._serve_flight(req, target, started, joined, fwd, tx, reply, conn, retried)
 
     async def _serve_flight(
         self,
@@ -370,13 +376,14 @@ class Proxy:
         target: Target,
         started: StartedFetch,
         joined: bool,
-        no_cache: bool,
+        fwd: str,
         tx: Transaction,
         reply: Reply,
         conn: ClientConnection,
         retried: bool,
     ) -> None:
-        """Answer from a flight this request started or joined."""
+        """Answer from a flight this request started or joined; ``fwd`` is why it went
+        forward (for Cache-Status) unless it was to validate a stored response."""
         flight, reader, revalidating = started
         key = flight.key
         try:
@@ -416,13 +423,14 @@ class Proxy:
                 tx.result = "TCP_REFRESH_FAIL_ERR"
             elif revalidating:
                 tx.result = "TCP_REFRESH_MODIFIED"
-            elif no_cache:
+            elif fwd == "request":
                 tx.result = "TCP_CLIENT_REFRESH_MISS"
             else:
                 tx.result = "TCP_CF_MISS" if joined else "TCP_MISS"
             headers = head.headers.copy()
             forwarding.add_via(headers, "1.1", self.name)
-            fwd = "stale" if revalidating else "request" if no_cache else "uri-miss"
+            if revalidating:
+                fwd = "stale"
             headers.add(  # after any member of caches nearer the origin (RFC 9211 2)
                 "Cache-Status",
                 cache_status(
@@ -550,10 +558,12 @@ class Proxy:
         reply: Reply,
         result: str,
         described: tuple[str, StoredHead] | None = None,
+        fwd: str | None = None,
     ) -> None:
         """Pass ``req`` on and its response back. ``described``: the stored GET response (and
         its key) that a HEAD request could have been answered with, which the response then
-        freshens or invalidates (RFC 9111 4.3.5)."""
+        freshens or invalidates (RFC 9111 4.3.5). ``fwd``: why it went forward, for
+        Cache-Status (by default ``method``, or ``uri-miss`` for GET and HEAD)."""
         tx.result = result
         tx.hierarchy = Hierarchy.HIER_DIRECT
         sent_continue = False
@@ -591,7 +601,8 @@ class Proxy:
                 else:
                     await self._store.delete(key)
             forwarding.add_via(response_headers, "1.1", self.name)
-            fwd = "method" if req.method not in ("GET", "HEAD") else "uri-miss"
+            if fwd is None:
+                fwd = "method" if req.method not in ("GET", "HEAD") else "uri-miss"
             response_headers.add(
                 "Cache-Status", cache_status(self.name, hit=False, fwd=fwd, fwd_status=head.status)
             )

@@ -8,9 +8,11 @@ from tests.support import (
     MakeCache,
     Origin,
     ProxyClient,
+    counting,
     free_port,
     our_cache_status,
     proxy_client,
+    static,
 )
 
 
@@ -52,3 +54,41 @@ async def test_upstream_failure_names_its_kind(client: ProxyClient) -> None:
     assert resp.status == 502
     assert our_cache_status(resp) == {"fwd": "miss", "detail": "connect_refused"}
     assert b"refused" in body
+
+
+async def test_rfc9211_2_2_fwd_vary_miss(origin: Origin, client: ProxyClient) -> None:
+    """A URL whose stored responses vary, none for this request's Accept: vary-miss."""
+    headers = {"Cache-Control": "max-age=60", "Vary": "Accept"}
+    origin.route("/v", counting(headers))
+    first, _ = await client.get(origin.url("/v"), headers={"Accept": "text/plain"})
+    other, _ = await client.get(origin.url("/v"), headers={"Accept": "text/html"})
+    again, _ = await client.get(origin.url("/v"), headers={"Accept": "text/html"})
+    assert our_cache_status(first).get("fwd") == "uri-miss"
+    assert our_cache_status(other).get("fwd") == "vary-miss"
+    assert our_cache_status(again).get("hit") is True
+
+
+async def test_rfc9211_2_2_fwd_request_and_stale(origin: Origin, client: ProxyClient) -> None:
+    """The client's no-cache or precondition: request. A stale stored response that the
+    request could not use, forwarded: stale (also for a HEAD)."""
+    origin.route("/r", static(b"r", {"Cache-Control": "max-age=60", "ETag": '"r"'}))
+    origin.route("/s", static(b"s", {"Cache-Control": "max-age=0", "ETag": '"s"'}))
+    await client.get(origin.url("/r"))
+    reload, _ = await client.get(origin.url("/r"), headers={"Cache-Control": "no-cache"})
+    guarded, _ = await client.get(origin.url("/r"), headers={"If-Match": '"r"'})
+    assert our_cache_status(reload).get("fwd") == "request"
+    assert our_cache_status(guarded).get("fwd") == "request"
+    await client.get(origin.url("/s"))
+    head, _ = await client.request("HEAD", origin.url("/s"))
+    revalidated, _ = await client.get(origin.url("/s"))
+    assert our_cache_status(head).get("fwd") == "stale"
+    assert our_cache_status(revalidated).get("fwd") == "stale"
+
+
+async def test_rfc9211_2_2_fwd_bypass(origin: Origin, make_cache: MakeCache) -> None:
+    """A request the configuration keeps out of the cache (cache_query_urls = false)."""
+    cache = await make_cache(cache={"cache_query_urls": False})
+    origin.route("/q", static(b"q", {"Cache-Control": "max-age=60"}))
+    async with proxy_client(cache) as client:
+        resp, _ = await client.get(origin.url("/q?x=1"))
+    assert our_cache_status(resp) == {"fwd": "bypass", "fwd-status": "200"}
