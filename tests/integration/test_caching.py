@@ -698,6 +698,97 @@ async def test_client_if_modified_since_answered_304_by_the_cache(
     assert origin.hits["/condlm"] == 1
 
 
+async def test_s4_3_2_if_modified_since_against_the_stored_date_without_last_modified(
+    origin: Origin, client: ProxyClient
+) -> None:
+    """Without Last-Modified, the stored Date stands in for it (RFC 9110 13.1.3)."""
+    now = time.time()
+    origin.route("/conddate", static(b"d", {"Cache-Control": "max-age=60", "Date": http_date(now)}))
+    await client.get(origin.url("/conddate"))
+    later, _ = await client.get(
+        origin.url("/conddate"), headers={"If-Modified-Since": http_date(now + 5)}
+    )
+    earlier, body = await client.get(
+        origin.url("/conddate"), headers={"If-Modified-Since": http_date(now - 3600)}
+    )
+    assert later.status == 304
+    assert (earlier.status, body) == (200, b"d")
+    assert origin.hits["/conddate"] == 1
+
+
+async def test_rfc9110_13_2_2_if_none_match_wins_over_if_modified_since(
+    origin: Origin, client: ProxyClient
+) -> None:
+    """If-None-Match is evaluated and If-Modified-Since ignored when both are present; a 304
+    takes precedence over Range."""
+    now = time.time()
+    headers = {"Cache-Control": "max-age=60", "ETag": '"o"', "Last-Modified": http_date(now - 60)}
+    origin.route("/order", static(b"0123456789", headers))
+    await client.get(origin.url("/order"))
+    # The ETag differs (200) though the date alone would give 304.
+    mismatch, body = await client.get(
+        origin.url("/order"),
+        headers={"If-None-Match": '"x"', "If-Modified-Since": http_date(now)},
+    )
+    assert (mismatch.status, body) == (200, b"0123456789")
+    # The ETag matches (304) though the date alone would give 200.
+    match, _ = await client.get(
+        origin.url("/order"),
+        headers={"If-None-Match": '"o"', "If-Modified-Since": http_date(now - 3600)},
+    )
+    assert match.status == 304
+    ranged, body = await client.get(
+        origin.url("/order"), headers={"If-None-Match": '"o"', "Range": "bytes=0-3"}
+    )
+    assert (ranged.status, body) == (304, b"")
+    assert origin.hits["/order"] == 1
+
+
+async def test_s5_2_cache_directives_pass_through_both_ways(
+    origin: Origin, client: ProxyClient
+) -> None:
+    """A proxy forwards Cache-Control, unknown extension directives included, whether or
+    not it acts on them (RFC 9111 5.2)."""
+    seen: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cache-Control"))
+        cc = 'max-age=60, community="UCI", x-ext'
+        return web.Response(body=b"d", headers={"Cache-Control": cc})
+
+    origin.route("/directives", handler)
+    resp, _ = await client.get(
+        origin.url("/directives"), headers={"Cache-Control": "max-stale=5, x-request-ext=1"}
+    )
+    assert seen == ["max-stale=5, x-request-ext=1"]
+    assert resp.headers["Cache-Control"] == 'max-age=60, community="UCI", x-ext'
+    hit, _ = await client.get(origin.url("/directives"))
+    assert hit.headers["Cache-Control"] == 'max-age=60, community="UCI", x-ext'
+    assert our_cache_status(hit).get("hit") is True
+
+
+async def test_rfc8246_immutable_with_an_argument_is_still_immutable_and_stale_revalidated(
+    origin: Origin, client: ProxyClient
+) -> None:
+    """immutable's argument is ignored (RFC 8246 2); immutable changes nothing for a shared
+    cache's freshness: once stale, it is revalidated as usual."""
+    seen: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("If-None-Match"))
+        headers = {"Cache-Control": 'max-age=0, immutable="yes"', "ETag": '"i"'}
+        if request.headers.get("If-None-Match") == '"i"':
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=b"i", headers=headers)
+
+    origin.route("/immutable", handler)
+    await client.get(origin.url("/immutable"))
+    resp, body = await client.get(origin.url("/immutable"))
+    assert (resp.status, body) == (200, b"i")
+    assert seen == [None, '"i"']
+    assert our_cache_status(resp).get("fwd") == "stale"
+
+
 # -- Vary ------------------------------------------------------------------------------------
 
 
