@@ -16,7 +16,12 @@ from harvest_cache.errors import RequestError, UpstreamError
 from harvest_cache.http import conditional, forwarding
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
-from harvest_cache.http.freshness import Heuristic, HeuristicRules, explicit_lifetime
+from harvest_cache.http.freshness import (
+    Heuristic,
+    HeuristicRules,
+    current_age,
+    explicit_lifetime,
+)
 from harvest_cache.http.headers import Headers
 from harvest_cache.http.policy import (
     Fresh,
@@ -676,8 +681,10 @@ def _shareable_for(head: FlightHead, req: Request) -> bool:
         if cc.no_cache or cc.no_cache_fields or cc.private_fields:
             return False
         lifetime = explicit_lifetime(head.headers, cc)
-        if lifetime is not None and lifetime <= 0:
-            return False
+        if lifetime is not None:
+            now = time.time()  # (the response has just arrived: its age is its Age and Date)
+            if lifetime <= current_age(head.headers, now, now, now):
+                return False
     if "Vary" not in head.headers:
         return True
     selecting = vary_names(head.headers)
