@@ -69,7 +69,8 @@ def header_date(headers: Headers, name: str) -> float | None:
 
 def _timestamp(year: int, month_name: str, day: str, hh: str, mm: str, ss: str) -> float | None:
     month = _MONTH_NUMBER.get(month_name.lower())
-    if month is None or not 1 <= int(day) <= calendar.monthrange(year, month)[1]:
+    # (Year 0 matches the grammar, but no calendar function takes it.)
+    if month is None or year < 1 or not 1 <= int(day) <= calendar.monthrange(year, month)[1]:
         return None
     hour, minute, second = int(hh), int(mm), int(ss)
     # second = 60 is a leap second (RFC 9110 5.6.7); timegm folds it into the next minute.

@@ -111,12 +111,16 @@ def request_fields(
 
 
 def max_forwards(headers: Headers) -> int | None:
-    """The request's Max-Forwards, or None when absent or not a number."""
+    """The request's Max-Forwards (at most 2**31), or None when absent or not a number."""
     value = headers.get("Max-Forwards")
     if value is None:
         return None
     value = value.strip()
-    return int(value) if value.isdigit() else None
+    # ASCII digits only (isdigit() takes others, which int() refuses); counts are capped at
+    # 2**31 like delta-seconds (and int() refuses more than 4300 digits).
+    if not (value.isascii() and value.isdigit()):
+        return None
+    return min(int(value), 2**31) if len(value) <= 10 else 2**31
 
 
 def request_head(method: str, path: str, headers: Headers) -> bytes:

@@ -50,6 +50,7 @@ def _check_host(host: str, raw: str) -> str:
 # "scheme://authority" then a path or query of visible ASCII with no fragment: the targets
 # nearly every request carries, split without urlsplit, their origin part parsed once.
 _PLAIN = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^/?#]*)([/?][!\x24-~]*)?")
+_PORT = re.compile(r"[0-9]{1,5}")
 
 
 def parse_absolute(raw: str) -> Target:
@@ -101,6 +102,7 @@ def parse_authority(raw: str) -> tuple[str, int]:
     host, sep, port = raw.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not port.isdigit() or not 0 < int(port) <= 65535:
+    # (isdigit() alone takes superscripts and other scripts' digits, which int() refuses)
+    if not sep or not _PORT.fullmatch(port) or not 0 < int(port) <= 65535:
         raise RequestError(400, f"CONNECT needs host:port, got {raw!r}")
     return _check_host(host.lower(), raw), int(port)

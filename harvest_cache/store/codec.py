@@ -15,6 +15,7 @@ reject old records. Field order is fixed by position, so a record carries no key
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,7 +69,7 @@ def decode(data: bytes) -> ObjectRecord | VaryMarker:
         raise CorruptRecord(f"unknown record format {data[:1]!r}")
     try:
         fields = json.loads(data[2:])
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, nesting
         raise CorruptRecord(f"record is not JSON: {e}") from None
     if data[1] == _MARKER:
         return _marker(fields)
@@ -90,7 +91,9 @@ def _object(fields: Any) -> ObjectRecord:
             str(vary_key),
             str(body_key),
             int(body_crc32),
-        ] if all(_is_field(pair) for pair in headers):
+        ] if _numbers(status, body_length, body_crc32, request_time, response_time) and all(
+            _is_field(pair) for pair in headers
+        ):
             head = StoredHead(
                 url=url,
                 status=status,
@@ -110,6 +113,11 @@ def _marker(fields: Any) -> VaryMarker:
         case [str(url), list(names), str(generation)] if all(isinstance(n, str) for n in names):
             return VaryMarker(url=url, names=tuple(names), generation=generation)
     raise CorruptRecord("marker record has the wrong fields")
+
+
+def _numbers(*values: Any) -> bool:
+    """Real, finite numbers: JSON's true and false decode to bool, which is an int too."""
+    return all(not isinstance(v, bool) and math.isfinite(v) for v in values)
 
 
 def _is_field(pair: Any) -> bool:
