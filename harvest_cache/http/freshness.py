@@ -117,7 +117,7 @@ def current_age(headers: Headers, request_time: float, response_time: float, now
 
     ``request_time`` and ``response_time`` bracket the exchange that brought the response;
     the delay between them is added to its Age, since it may have aged that long in transit.
-    An Age that is not delta-seconds is ignored; of several, the first valid one counts.
+    Of several Age values only the first counts, and it is ignored if it is not delta-seconds.
     A missing Date gives no apparent age. Clock steps backwards never make it younger.
     """
     date = header_date(headers, "Date")
@@ -144,7 +144,8 @@ def _date(headers: Headers, fallback: float | None) -> float | None:
 
 
 def _age_header(headers: Headers) -> int:
-    for member in headers.get_list("Age"):
-        if (seconds := delta_seconds(member)) is not None:
-            return seconds
-    return 0
+    # A list-valued Age counts by its first member alone; an invalid one is ignored
+    # (RFC 9111 5.1).
+    members = headers.get_list("Age")
+    seconds = delta_seconds(members[0]) if members else None
+    return seconds if seconds is not None else 0

@@ -178,8 +178,9 @@ def test_heuristic_rejects_impossible_bounds(
         ([("Date", format_http_date(T + 50))], T, T, T, 0),  # Date ahead of us: not negative
         ([], T, T + 3, T + 10, 10),  # no Date: only delay and resident time
         ([("Date", "junk"), ("Age", "junk")], T, T, T + 1, 1),
-        ([("Age", "abc, 40, 50")], T, T, T, 40),  # the first valid value
-        ([("Age", "-5"), ("Age", "7")], T, T, T, 7),
+        ([("Age", "40, 50")], T, T, T, 40),  # the first member counts (RFC 9111 5.1)
+        ([("Age", "abc, 40, 50")], T, T, T, 0),  # an invalid first member: Age ignored
+        ([("Age", "-5"), ("Age", "7")], T, T, T, 0),
         ([("Age", "99999999999")], T, T, T, MAX_DELTA),
         ([], T, T, T - 100, 0),  # the clock went back: never younger than at receipt
     ],
