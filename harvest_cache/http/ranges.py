@@ -223,11 +223,21 @@ def if_range_allows(if_range: str | None, stored: Headers) -> bool:
     )
 
 
-def _replace_fields(stored: Headers, fields: tuple[tuple[str, str], ...]) -> Headers:
+# Representation fields a 206 answering If-Range leaves out: the client has them from the
+# response it validated (RFC 9110 15.3.7; Date, Cache-Control, ETag, Expires,
+# Content-Location and Vary are still sent).
+_KNOWN_TO_IF_RANGE = ("Content-Type", "Content-Encoding", "Content-Language", "Last-Modified")
+
+
+def _replace_fields(
+    stored: Headers, fields: tuple[tuple[str, str], ...], if_range: bool = False
+) -> Headers:
     out = stored.copy()
     # The stored Content-Range cannot be there (the response is a whole 200), but a stray
     # one would contradict the 206's framing.
     out.remove("Content-Length", "Content-Range", *(name for name, _ in fields))
+    if if_range:
+        out.remove(*_KNOWN_TO_IF_RANGE)
     for name, value in fields:
         out.add(name, value)
     return out
@@ -253,9 +263,10 @@ class SinglePart:
             ("Content-Length", str(self.content_length)),
         )
 
-    def response_headers(self, stored: Headers) -> Headers:
-        """The stored fields with this 206's framing fields in place of the 200's."""
-        return _replace_fields(stored, self.headers)
+    def response_headers(self, stored: Headers, *, if_range: bool = False) -> Headers:
+        """The stored fields with this 206's framing fields in place of the 200's (without
+        the representation's own fields if the request had If-Range: ``_replace_fields``)."""
+        return _replace_fields(stored, self.headers, if_range)
 
     def body(self, body: bytes) -> bytes:
         """The part of the stored ``body`` this 206 carries."""
@@ -301,9 +312,10 @@ class MultipartBody:
         no Content-Range: each part has its own (15.3.7.2)."""
         return (("Content-Type", self.content_type), ("Content-Length", str(self.content_length)))
 
-    def response_headers(self, stored: Headers) -> Headers:
-        """The stored fields with this 206's framing fields in place of the 200's."""
-        return _replace_fields(stored, self.headers)
+    def response_headers(self, stored: Headers, *, if_range: bool = False) -> Headers:
+        """The stored fields with this 206's framing fields in place of the 200's (without
+        the representation's own fields if the request had If-Range: ``_replace_fields``)."""
+        return _replace_fields(stored, self.headers, if_range)
 
     def join(self, body: bytes) -> bytes:
         """The whole multipart body, cut from the stored ``body``."""

@@ -642,12 +642,13 @@ def _ranged(
         return None
     if isinstance(answer, Unsatisfiable):
         return 416, "Range Not Satisfiable", Headers(answer.headers), 0, []
+    headers = answer.response_headers(stored, if_range="If-Range" in request)
     if isinstance(answer, SinglePart):
         piece = _cut(body, answer.range.first, answer.range.last)
         return (
             206,
             "Partial Content",
-            answer.response_headers(stored),
+            headers,
             answer.content_length,
             [piece],
         )
@@ -655,7 +656,7 @@ def _ranged(
     for part in answer.parts:
         pieces += (part.head, _cut(body, part.first, part.last))
     pieces.append(answer.closing)
-    return 206, "Partial Content", answer.response_headers(stored), answer.content_length, pieces
+    return 206, "Partial Content", headers, answer.content_length, pieces
 
 
 def _cut(body: bytes | FileBody, first: int, last: int) -> bytes | FileBody:

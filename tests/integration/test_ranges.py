@@ -141,6 +141,26 @@ async def test_s13_1_5_if_range_decides_between_206_and_200(
         assert (status, body) == (200, BODY)
 
 
+async def test_s15_3_7_a_206_answering_if_range_leaves_out_representation_fields(
+    stored: Stored,
+) -> None:
+    """The client has them from the response it validated; the fields a 206 must carry
+    whenever a 200 would (Date, Cache-Control, ETag...) are still there."""
+    _, plain_fields, _ = await ranged(stored, {"Range": "bytes=10-19"})
+    status, fields, body = await ranged(stored, {"Range": "bytes=10-19", "If-Range": ETAG})
+    plain = {name.lower(): value for name, value in plain_fields.items()}
+    headers = {name.lower(): value for name, value in fields.items()}
+    assert (status, body) == (206, BODY[10:20])
+    assert "content-type" in plain  # (without If-Range, all the stored fields)
+    assert "last-modified" in plain
+    assert "content-type" not in headers
+    assert "last-modified" not in headers
+    assert headers["etag"] == ETAG
+    assert "date" in headers
+    assert "cache-control" in headers
+    assert headers["content-range"] == f"bytes 10-19/{len(BODY)}"
+
+
 @pytest.mark.parametrize("value", ["bytes=5-2", "items=0-10", "bytes=abc", "bytes="])
 async def test_s14_2_invalid_range_is_ignored(stored: Stored, value: str) -> None:
     status, headers, body = await ranged(stored, {"Range": value})
