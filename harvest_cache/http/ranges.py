@@ -46,7 +46,7 @@ from harvest_cache.http.validation import parse_etag, response_etag
 
 MAX_RANGES = 100
 
-IgnoreReason: TypeAlias = Literal["absent", "invalid", "unit", "too-many", "if-range"]
+IgnoreReason: TypeAlias = Literal["absent", "invalid", "unit", "too-many", "if-range", "empty"]
 
 _OWS = " \t"
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -81,7 +81,8 @@ class ByteRange:
 @dataclass(frozen=True, slots=True)
 class IgnoreRange:
     """Serve the whole representation, 200: the Range field is absent, invalid, of another
-    unit, asks for too many parts, or If-Range did not match."""
+    unit, asks for too many parts, or If-Range did not match; or the representation is
+    empty, with nothing to cut (RFC 9110 14.2 lets a server ignore Range)."""
 
     reason: IgnoreReason
     status: ClassVar[int] = 200
@@ -402,6 +403,10 @@ def answer_range(
         return outcome
     if not if_range_allows(if_range, stored):
         return IgnoreRange("if-range")
+    if length == 0:
+        # A suffix range is satisfiable even here (14.1.2), yet no 206 can carry a part of
+        # nothing: the whole empty 200 answers it.
+        return IgnoreRange("empty")
     if isinstance(outcome, Unsatisfiable):
         return outcome
     return partial_content(outcome, stored.get("Content-Type"), boundary)

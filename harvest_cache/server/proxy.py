@@ -316,24 +316,28 @@ class Proxy:
         if not self._config.cache.cache_query_urls and "?" in target.path:
             await self._forward(req, target, conn, tx, reply, "TCP_MISS", fwd="bypass")
             return
-        if "If-Match" in req.headers or "If-Unmodified-Since" in req.headers:
-            # Preconditions on the resource's current state, which only the origin knows: a
-            # cache must not evaluate them (RFC 9111 4.3.2).
-            await self._forward(req, target, conn, tx, reply, "TCP_MISS", fwd="request")
-            return
         cc = request_directives(req.headers)
         url = target.url
         key = url
         found = await self._lookup(url)
-        # Why the request goes forward if it does (RFC 9211 2.2), unless to validate.
-        fwd = "request" if cc.no_cache else "uri-miss"
+        # Why the request goes forward if it does (RFC 9211 2.2), unless to validate: the
+        # request's own semantics where something was stored, else no stored response.
+        fwd = "uri-miss"
         if isinstance(found, VaryMarker):
             key = variant_key(url, found, vary_key(found.names, req.headers))
             found = await self._lookup(key)
             if isinstance(found, VaryMarker):
                 found = None
-            if found is None and not cc.no_cache:
-                fwd = "vary-miss"
+            fwd = "vary-miss"
+        if found is not None and cc.no_cache:
+            fwd = "request"
+        if "If-Match" in req.headers or "If-Unmodified-Since" in req.headers:
+            # Preconditions on the resource's current state, which only the origin knows: a
+            # cache must not evaluate them (RFC 9111 4.3.2).
+            _close_body(found)
+            fwd = "request" if found is not None else fwd
+            await self._forward(req, target, conn, tx, reply, "TCP_MISS", fwd=fwd)
+            return
         if found is not None and not cc.no_cache:
             now = time.time()
             reuse = evaluate(found.head, cc, now, self._heuristics.for_url(url))
@@ -345,6 +349,8 @@ class Proxy:
                     )
                 await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit")
                 return
+            if reuse.ttl > 0:
+                fwd = "request"  # fresh, but the request's max-age or min-fresh refused it
             if reuse.stale_while_revalidate and req.body is None:
                 self._refresh_behind(req, target, key, found, conn.client_ip)
                 tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"
@@ -358,7 +364,7 @@ class Proxy:
             _close_body(found)
             result = "TCP_CLIENT_REFRESH_MISS" if cc.no_cache else "TCP_MISS"
             described = (key, found.head) if req.method == "HEAD" and found is not None else None
-            if found is not None and not cc.no_cache:
+            if found is not None and fwd != "request":
                 fwd = "stale"
             await self._forward(req, target, conn, tx, reply, result, described, fwd)
             return
@@ -391,6 +397,8 @@ class Proxy:
         forward (for Cache-Status) unless it was to validate a stored response."""
         flight, reader, revalidating = started
         key = flight.key
+        if revalidating and fwd != "request":
+            fwd = "stale"
         try:
             try:
                 head = await flight.head
@@ -422,7 +430,7 @@ class Proxy:
                     return
                 heuristic = self._heuristics.for_url(target.url)
                 reuse = evaluate(found.head, parse_cache_control(()), time.time(), heuristic)
-                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "stale", 304)
+                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, fwd, 304)
                 return
             if failed:
                 tx.result = "TCP_REFRESH_FAIL_ERR"
@@ -434,8 +442,6 @@ class Proxy:
                 tx.result = "TCP_CF_MISS" if joined else "TCP_MISS"
             headers = head.headers.copy()
             forwarding.add_via(headers, "1.1", self.name)
-            if revalidating:
-                fwd = "stale"
             headers.add(  # after any member of caches nearer the origin (RFC 9211 2)
                 "Cache-Status",
                 cache_status(

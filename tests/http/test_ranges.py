@@ -189,6 +189,11 @@ def test_s14_1_2_nothing_of_a_zero_length_representation_is_satisfiable(value: s
     assert outcome.content_range == "bytes */0"
 
 
+@pytest.mark.parametrize("value", ["bytes=0-", "bytes=-5", "bytes=0-0"])
+def test_s14_2_a_range_of_an_empty_representation_is_answered_whole(value: str) -> None:
+    assert answer_range(value, None, Headers(), 0, boundary="b") == IgnoreRange("empty")
+
+
 def test_s14_2_a_zero_length_representation_still_ignores_invalid_fields() -> None:
     assert parse_range("bytes=5-4", 0) == IgnoreRange("invalid")
 

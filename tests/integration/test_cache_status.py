@@ -92,3 +92,20 @@ async def test_rfc9211_2_2_fwd_bypass(origin: Origin, make_cache: MakeCache) -> 
     async with proxy_client(cache) as client:
         resp, _ = await client.get(origin.url("/q?x=1"))
     assert our_cache_status(resp) == {"fwd": "bypass", "fwd-status": "200"}
+
+
+async def test_rfc9211_2_2_fwd_request_only_where_something_was_stored(
+    origin: Origin, client: ProxyClient
+) -> None:
+    """A fresh stored response refused by the request's min-fresh: request. With nothing
+    stored, a no-cache or If-Match request is a plain uri-miss."""
+    origin.route("/fresh", static(b"f", {"Cache-Control": "max-age=60", "ETag": '"f"'}))
+    await client.get(origin.url("/fresh"))
+    refused, _ = await client.get(origin.url("/fresh"), headers={"Cache-Control": "min-fresh=120"})
+    assert our_cache_status(refused).get("fwd") == "request"
+    origin.route("/new1", static(b"n", {"Cache-Control": "max-age=60"}))
+    origin.route("/new2", static(b"n", {"Cache-Control": "max-age=60", "ETag": '"n"'}))
+    reload, _ = await client.get(origin.url("/new1"), headers={"Cache-Control": "no-cache"})
+    guarded, _ = await client.get(origin.url("/new2"), headers={"If-Match": '"n"'})
+    assert our_cache_status(reload).get("fwd") == "uri-miss"
+    assert our_cache_status(guarded).get("fwd") == "uri-miss"
