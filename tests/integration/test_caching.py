@@ -789,6 +789,31 @@ async def test_rfc8246_immutable_with_an_argument_is_still_immutable_and_stale_r
     assert our_cache_status(resp).get("fwd") == "stale"
 
 
+async def test_rfc8246_2_1_a_request_max_age_0_revalidates_a_fresh_immutable_response(
+    origin: Origin, client: ProxyClient
+) -> None:
+    """A deliberate choice (docs/rfc9111.md): RFC 8246 asks clients not to revalidate an
+    immutable response on reload, but a shared cache that receives max-age=0 honours the
+    request, as for any response (RFC 9111 5.2.1.1)."""
+    seen: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("If-None-Match"))
+        headers = {"Cache-Control": "max-age=600, immutable", "ETag": '"im"'}
+        if request.headers.get("If-None-Match") == '"im"':
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=b"im", headers=headers)
+
+    origin.route("/im-fresh", handler)
+    await client.get(origin.url("/im-fresh"))
+    hit, _ = await client.get(origin.url("/im-fresh"))
+    assert our_cache_status(hit).get("hit") is True
+    reload, body = await client.get(origin.url("/im-fresh"), headers={"Cache-Control": "max-age=0"})
+    assert (reload.status, body) == (200, b"im")
+    assert seen == [None, '"im"']
+    assert our_cache_status(reload).get("fwd") == "request"
+
+
 # -- Vary ------------------------------------------------------------------------------------
 
 
