@@ -231,6 +231,12 @@ class ServerConfig:
         " forwarding loop. Empty means HOSTNAME:PORT, unique for each cache on a host.",
         token,
     )
+    cache_status_key: bool = setting(
+        False,
+        "Whether `Cache-Status` names the cache key used (its `key` parameter, RFC 9211 2.7):"
+        " the URL, or for a response that varies, the URL with the selecting request fields.",
+        boolean,
+    )
     max_connections: int = setting(
         10000,
         "Client connections open at once; further ones are closed at once.",

@@ -32,13 +32,17 @@ def cache_status(
     collapsed: bool = False,
     ttl: float | None = None,
     detail: str | None = None,
+    key: str | None = None,
 ) -> str:
     """Our Cache-Status member. ``hit`` and ``fwd`` exclude each other: a hit was not
     forwarded (RFC 9211 2.1, 2.2). ``ttl`` is rounded down, so a stale response shows a
-    negative one; ``collapsed`` means the request joined another's forward request."""
+    negative one; ``collapsed`` means the request joined another's forward request. ``key``
+    (the cache key used, RFC 9211 2.7) is left out unless it is printable ASCII."""
     if ttl is not None:
         ttl = max(-_SF_INTEGER_MAX, min(math.floor(ttl), _SF_INTEGER_MAX))
-    return _member(name, hit, fwd, fwd_status, stored, collapsed, ttl, detail)
+    if key is not None and not (key.isascii() and key.isprintable()):
+        key = None  # a String must be printable ASCII (RFC 8941 3.3.3): left out
+    return _member(name, hit, fwd, fwd_status, stored, collapsed, ttl, detail, key)
 
 
 # Answers repeat endlessly (a miss's member differs only by status), so each is made once.
@@ -52,6 +56,7 @@ def _member(
     collapsed: bool,
     ttl: int | None,
     detail: str | None,
+    key: str | None = None,
 ) -> str:
     if hit and fwd is not None:
         raise ValueError("a Cache-Status hit was not forwarded: give hit or fwd, not both")
@@ -70,6 +75,8 @@ def _member(
         params.append("collapsed")
     if ttl is not None:
         params.append(f"ttl={ttl}")
+    if key is not None:
+        params.append(f"key={string_item(key)}")
     if detail is not None:
         params.append(f"detail={_item(detail)}")
     return "; ".join(params)
@@ -79,6 +86,11 @@ def _item(value: str) -> str:
     """A Structured Field token if ``value`` is one, else a String (RFC 8941 3.3.3, 3.3.4)."""
     if _SF_TOKEN.fullmatch(value):
         return value
+    return string_item(value)
+
+
+def string_item(value: str) -> str:
+    """``value`` as a Structured Field String (RFC 8941 3.3.3)."""
     if not value.isascii() or not value.isprintable():
         raise ValueError(f"Cache-Status text must be printable ASCII: {value!r}")
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harvest_cache.http.cache_status import string_item
 from harvest_cache.http.forwarding import add_via, response_head
 from harvest_cache.http.headers import Headers
 from harvest_cache.server.accesslog import line_tail
@@ -50,14 +51,16 @@ class HotEntry:
     body: bytes
     get_tail: bytes  # the access-log line's fields after the size, for GET and for HEAD
     head_tail: bytes
+    key_param: bytes  # Cache-Status's key parameter after its ttl, or nothing
 
 
 class HotIndex:
     """Raw request targets of recent memory hits, with their prepared heads."""
 
-    def __init__(self, store: ObjectStore, name: str) -> None:
+    def __init__(self, store: ObjectStore, name: str, status_keys: bool = False) -> None:
         self._store = store
         self._name = name
+        self._status_keys = status_keys  # Cache-Status names the key
         self._entries: dict[bytes, HotEntry] = {}
         self._status_hit = f"Cache-Status: {name}; hit; ttl=".encode("latin-1")
 
@@ -82,6 +85,9 @@ class HotIndex:
             # Forget the oldest; entries are cheap to remake on the next memory hit.
             del self._entries[next(iter(self._entries))]
         content_type = headers.get("Content-Type")
+        key_param = b""
+        if self._status_keys and key.isascii() and key.isprintable():
+            key_param = f"; key={string_item(key)}".encode()  # as cache_status() has it
         self._entries[target] = HotEntry(
             key,
             obj,
@@ -91,6 +97,7 @@ class HotIndex:
             obj.body,
             line_tail("GET", key, content_type=content_type),
             line_tail("HEAD", key, content_type=content_type),
+            key_param,
         )
 
     def lookup(self, target: bytes, now: float) -> HotEntry | None:
@@ -108,11 +115,12 @@ class HotIndex:
             tail = b"Connection: close\r\n\r\n"
         else:
             tail = b"Connection: keep-alive\r\n\r\n" if http10 else b"\r\n"
-        head = b"%bAge: %d\r\n%b%d\r\n%b" % (
+        head = b"%bAge: %d\r\n%b%d%b\r\n%b" % (
             entry.prefix,
             int(now - entry.received_at),
             self._status_hit,
             int(entry.expires_at - now),
+            entry.key_param,
             tail,
         )
         return head

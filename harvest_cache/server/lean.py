@@ -91,6 +91,7 @@ class LeanPath:
         self.tasks = tasks
         self.via = via_entry("1.1", name)
         self.plans = RefreshPlans()
+        self._status_keys = config.server.cache_status_key
         self.answered = 0
         self.handed_over = 0
         self.planned = 0
@@ -122,6 +123,10 @@ class LeanPath:
         self.begun(fetch)
         fetch.send()
         return True
+
+    def key_for(self, key: str) -> str | None:
+        """The cache key for Cache-Status, if configured to name it."""
+        return key if self._status_keys else None
 
     def begun(self, fetch: Step) -> None:
         self._running.add(fetch)
@@ -303,7 +308,14 @@ class LeanFetch:
         if keep:
             self._to_store = (headers, decision)
         fwd = "uri-miss" if stored is None else "stale"
-        value = cache_status(name, hit=False, fwd=fwd, fwd_status=head.status, stored=keep)
+        value = cache_status(
+            name,
+            hit=False,
+            fwd=fwd,
+            fwd_status=head.status,
+            stored=keep,
+            key=self._path.key_for(self._target.url),
+        )
         self._tx.result = "TCP_MISS" if stored is None else "TCP_REFRESH_MODIFIED"
         self._tx.content_type = headers.get("Content-Type") or "-"
         client_head = self._client_head(
@@ -378,7 +390,9 @@ class LeanFetch:
         self._flight.finish()
         now = time.time()
         reuse = evaluate(fresh, _NO_DIRECTIVES, now, path.heuristics.for_url(key))
-        value = cache_status(path.name, hit=False, fwd="stale", fwd_status=304, ttl=reuse.ttl)
+        value = cache_status(
+            path.name, hit=False, fwd="stale", fwd_status=304, ttl=reuse.ttl, key=path.key_for(key)
+        )
         assert isinstance(stored.body, bytes)
         age = [("Age", age_value(reuse.age))]
         body = stored.body

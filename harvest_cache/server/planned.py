@@ -127,7 +127,12 @@ class PlannedRefresh:
         self._flight.finish()
         age = received_age + max(0.0, time.time() - response_time)
         value = cache_status(
-            path.name, hit=False, fwd="stale", fwd_status=304, ttl=plan.lifetime - age
+            path.name,
+            hit=False,
+            fwd="stale",
+            fwd_status=304,
+            ttl=plan.lifetime - age,
+            key=path.key_for(key),
         )
         body = stored.body
         assert isinstance(body, bytes)

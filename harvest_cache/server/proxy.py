@@ -115,9 +115,10 @@ class Proxy:
         )
         self._tasks = tasks
         self._via = forwarding.via_entry("1.1", name)
+        self._status_keys = config.server.cache_status_key
         self._fetcher = Fetcher(config, name, store, pool, tasks.spawn)
         self._refreshing: set[str] = set()  # keys revalidated in the background
-        self._hot = HotIndex(store, name)
+        self._hot = HotIndex(store, name, self._status_keys)
         self.lean = LeanPath(
             config, name, store, pool, self._fetcher, access_log, self._heuristics, tasks
         )
@@ -347,14 +348,14 @@ class Proxy:
                     self._hot.add(
                         req.target.encode("latin-1"), key, found, reuse.age, reuse.ttl, now
                     )
-                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit")
+                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit", key=key)
                 return
             if reuse.ttl > 0:
                 fwd = "request"  # fresh, but the request's max-age or min-fresh refused it
             if reuse.stale_while_revalidate and req.body is None:
                 self._refresh_behind(req, target, key, found, conn.client_ip)
                 tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"
-                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit")
+                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit", key=key)
                 return
         if cc.only_if_cached:
             _close_body(found)
@@ -430,7 +431,7 @@ class Proxy:
                     return
                 heuristic = self._heuristics.for_url(target.url)
                 reuse = evaluate(found.head, parse_cache_control(()), time.time(), heuristic)
-                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, fwd, 304)
+                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, fwd, 304, key=key)
                 return
             if failed:
                 tx.result = "TCP_REFRESH_FAIL_ERR"
@@ -451,6 +452,7 @@ class Proxy:
                     fwd_status=head.status,
                     stored=head.stored and not joined,
                     collapsed=joined,
+                    key=self._key(key),
                 ),
             )
             whole = reader.read_whole(_COALESCE)
@@ -463,6 +465,10 @@ class Proxy:
             await reply.end()
         finally:
             reader.close()
+
+    def _key(self, key: str) -> str | None:
+        """The cache key for Cache-Status, if configured to name it."""
+        return key if self._status_keys else None
 
     def _refresh_behind(
         self, req: Request, target: Target, key: str, stale: StoredObject, client_ip: str
@@ -508,7 +514,9 @@ class Proxy:
             _close_body(found)
             return False
         tx.result = "TCP_REFRESH_FAIL_OLD"
-        await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "stale", fwd_status)
+        await self._serve_stored(
+            req, found, reuse.age, reuse.ttl, reply, "stale", fwd_status, key=key
+        )
         return True
 
     async def _serve_stored(
@@ -520,6 +528,8 @@ class Proxy:
         reply: Reply,
         detail: str,
         fwd_status: int | None = None,
+        *,
+        key: str,
     ) -> None:
         head = obj.head
         stored_headers = Headers(head.headers)
@@ -537,10 +547,13 @@ class Proxy:
                 ranged = _ranged(req.headers, stored_headers, obj.body, head.body_length)
                 if ranged is not None:
                     status, reason, headers, length, pieces = ranged
+        named = self._key(key)
         if detail == "hit":
-            value = cache_status(self.name, hit=True, ttl=ttl)
+            value = cache_status(self.name, hit=True, ttl=ttl, key=named)
         else:
-            value = cache_status(self.name, hit=False, fwd=detail, fwd_status=fwd_status, ttl=ttl)
+            value = cache_status(
+                self.name, hit=False, fwd=detail, fwd_status=fwd_status, ttl=ttl, key=named
+            )
         from_store(headers, age, value, self.name)
         try:
             if req.method == "HEAD" or not pieces:
@@ -612,10 +625,13 @@ class Proxy:
                 else:
                     await self._store.delete(key)
             forwarding.add_via(response_headers, "1.1", self.name)
+            cacheable = req.method in ("GET", "HEAD")
             if fwd is None:
-                fwd = "method" if req.method not in ("GET", "HEAD") else "uri-miss"
+                fwd = "uri-miss" if cacheable else "method"
+            named = self._key(target.url) if cacheable else None
             response_headers.add(
-                "Cache-Status", cache_status(self.name, hit=False, fwd=fwd, fwd_status=head.status)
+                "Cache-Status",
+                cache_status(self.name, hit=False, fwd=fwd, fwd_status=head.status, key=named),
             )
             reply.start(head.status, head.reason, response_headers, content_length(head.headers))
             while chunk := await exchange.read():

@@ -54,3 +54,13 @@ def test_rfc9211_s2_a_cache_name_that_is_not_a_token_is_a_string() -> None:
 def test_rfc9211_s2_invalid_combinations_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="Cache-Status"):
         cache_status("harvest", **kwargs)
+
+
+def test_rfc9211_2_7_key_is_a_string_and_left_out_unless_printable_ascii() -> None:
+    assert cache_status("c", hit=True, ttl=5, key='http://a/"x"\\') == (
+        'c; hit; ttl=5; key="http://a/\\"x\\"\\\\"'
+    )
+    assert cache_status("c", hit=True, key="http://a/\u00e9") == "c; hit"
+    assert cache_status("c", hit=False, fwd="uri-miss", key="http://a/") == (
+        'c; fwd=uri-miss; key="http://a/"'
+    )

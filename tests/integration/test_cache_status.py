@@ -109,3 +109,42 @@ async def test_rfc9211_2_2_fwd_request_only_where_something_was_stored(
     guarded, _ = await client.get(origin.url("/new2"), headers={"If-Match": '"n"'})
     assert our_cache_status(reload).get("fwd") == "uri-miss"
     assert our_cache_status(guarded).get("fwd") == "uri-miss"
+
+
+async def test_rfc9211_2_7_key_on_every_path_when_configured(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    """With server.cache_status_key, each answer from or through the cache names the key
+    used: on a miss, a slow hit, the hit fast path, a revalidation, and a forwarded GET;
+    a forwarded POST has none. Off by default."""
+    cache = await make_cache(server={"cache_status_key": True}, cache={"disk_mb": 0})
+    origin.route("/k", static(b"k", {"Cache-Control": "max-age=60"}))
+
+    async def validated(request: web.Request) -> web.Response:
+        headers = {"Cache-Control": "max-age=0", "ETag": '"kv"'}
+        if request.headers.get("If-None-Match") == '"kv"':
+            return web.Response(status=304, headers=headers)
+        return web.Response(body=b"v", headers=headers)
+
+    origin.route("/kv", validated)
+    origin.route("/post", static(b"p", {"Cache-Control": "no-store"}))
+    url, reval = origin.url("/k"), origin.url("/kv")
+    async with proxy_client(cache) as client:
+        answers = [(await client.get(url))[0] for _ in range(4)]  # miss, hit, hot hits
+        revalidations = [(await client.get(reval))[0] for _ in range(4)]
+        post, _ = await client.request("POST", origin.url("/post"), data=b"x")
+    assert cache.proxy is not None
+    assert cache.proxy.hot_entries == 1
+    assert cache.proxy.lean.planned >= 1
+    for resp in answers:  # (the parameter is a String: quoted)
+        assert our_cache_status(resp).get("key") == f'"{url}"'
+    for resp in revalidations:
+        assert our_cache_status(resp).get("key") == f'"{reval}"'
+    assert "key" not in our_cache_status(post)
+
+
+async def test_rfc9211_2_7_no_key_by_default(origin: Origin, client: ProxyClient) -> None:
+    origin.route("/nk", static(b"n", {"Cache-Control": "max-age=60"}))
+    for _ in range(3):
+        resp, _ = await client.get(origin.url("/nk"))
+        assert "key" not in our_cache_status(resp)
