@@ -21,10 +21,16 @@ from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.headers import Headers
 from harvest_cache.http.policy import StoreDecision, request_directives, storable
 from harvest_cache.http.target import Target
-from harvest_cache.http.validation import conditional_headers, freshen, is_not_modified_for
+from harvest_cache.http.validation import (
+    conditional_headers,
+    freshen,
+    is_not_modified_for,
+    response_etag,
+)
 from harvest_cache.http.vary import vary_key, vary_names
 from harvest_cache.server.flight import Flight, FlightHead, FlightReader
 from harvest_cache.server.request import Request
+from harvest_cache.server.variants import VariantTags
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import ObjectStore, ObjectWriter, StoredObject
 from harvest_cache.upstream.client import Exchange, OutgoingRequest, send
@@ -37,6 +43,10 @@ log = logging.getLogger("harvest_cache")
 _WINDOW = 8 << 20
 # Not storing a 5xx answer to a validation (the stored response is kept instead).
 _VALIDATION_FAILED = StoreDecision(False, "validation-failed")
+
+
+# Stored variants of a URL as (variant key, ETag field value), from VariantTags.
+Alternatives = tuple[tuple[str, str], ...]
 
 
 class _Mismatch(Exception):
@@ -97,9 +107,21 @@ class FetchRequests:
         self._fields: dict[tuple[object, ...], bytes] = {}
 
     def head(
-        self, req: Request, target: Target, stored: StoredHead | None, client_ip: str
+        self,
+        req: Request,
+        target: Target,
+        stored: StoredHead | None,
+        client_ip: str,
+        alternatives: Alternatives = (),
     ) -> bytes:
-        validators = conditional_headers(stored) if stored is not None else ()
+        """``stored``: the response to validate; else ``alternatives``, stored variants whose
+        entity tags the request lists (RFC 9111 4.3.1)."""
+        if stored is not None:
+            validators = conditional_headers(stored)
+        elif alternatives:
+            validators = (("If-None-Match", ", ".join(tag for _, tag in alternatives)),)
+        else:
+            validators = ()
         # Everything _fetch_fields reads (a fetch is a GET, so the method plays no part).
         key = (
             client_ip,
@@ -164,6 +186,7 @@ class Fetcher:
         self._spawn = spawn
         self._flights: dict[str, Flight] = {}
         self.requests = FetchRequests(name, config)
+        self.variant_tags = VariantTags()
 
     async def join_or_start(
         self,
@@ -173,9 +196,11 @@ class Fetcher:
         stored: StoredObject | None,
         client_ip: str,
         interim: Interim | None = None,
+        alternatives: Alternatives = (),
     ) -> tuple[Flight, FlightReader, bool]:
         """A reader of the flight for ``key``: an existing one's (joined=True) or a new one's
-        (whose 1xx responses go to ``interim``).
+        (whose 1xx responses go to ``interim``). With nothing ``stored`` for ``key``, the
+        fetch may ask whether one of ``alternatives`` (other stored variants) would do.
 
         A new flight's fetch runs in the calling client's handler up to the response head:
         a handler is never cancelled when its client leaves, so the fetch goes on regardless,
@@ -192,7 +217,9 @@ class Fetcher:
         first = flight.join()
         assert first is not None
         head = stored.head if stored is not None else None
-        fetch = self._fetch_head(flight, req, target, head, client_ip, interim=interim)
+        fetch = self._fetch_head(
+            flight, req, target, head, client_ip, interim=interim, alternatives=alternatives
+        )
         await self._run(flight, target, fetch)
         return flight, first, False
 
@@ -248,9 +275,12 @@ class Fetcher:
         client_ip: str,
         sent: Sent | None = None,
         interim: Interim | None = None,
+        alternatives: Alternatives = (),
     ) -> None:
         try:
-            body = await self._fetch(flight, req, target, stored, client_ip, sent, interim)
+            body = await self._fetch(
+                flight, req, target, stored, client_ip, sent, interim, alternatives
+            )
         except _Mismatch:
             # The 304 was for some other response: ask again, unconditionally.
             body = await self._fetch(flight, req, target, None, client_ip, None, interim)
@@ -271,12 +301,13 @@ class Fetcher:
         client_ip: str,
         sent: Sent | None = None,
         interim: Interim | None = None,
+        alternatives: Alternatives = (),
     ) -> tuple[Coroutine[Any, Any, None], bool] | None:
         """Send the request (unless ``sent``) and publish the response head; returns the
         step that takes the body, and whether the body has already arrived whole (None:
         nothing more to do)."""
         if sent is None:
-            head = self.requests.head(req, target, stored, client_ip)
+            head = self.requests.head(req, target, stored, client_ip, alternatives)
             out = OutgoingRequest("GET", target.host, target.port, head, interim=interim)
             request_time = time.time()
             exchange = await send(self._pool, out, self._config.upstream.read_timeout)
@@ -284,7 +315,7 @@ class Fetcher:
         exchange, request_time, response_time = sent
         try:
             storing = await self._receive_head(
-                flight, req, target, stored, exchange, request_time, response_time
+                flight, req, target, stored, exchange, request_time, response_time, alternatives
             )
         except _Mismatch:
             exchange.release()
@@ -306,6 +337,7 @@ class Fetcher:
         exchange: Exchange,
         request_time: float,
         response_time: float,
+        alternatives: Alternatives = (),
     ) -> tuple[ObjectWriter | None, StoredHead] | None:
         """Publish the head; returns the body's writer (None: not stored) and the head to
         store it under, or None when the exchange is over (a 304)."""
@@ -320,6 +352,20 @@ class Fetcher:
             await exchange.read()  # a 304 has no body; this just completes the exchange
             flight.publish_head(
                 FlightHead(304, head.reason, headers, True, exchange.peer_ip, fresh.vary_key, fresh)
+            )
+            flight.finish()
+            return None
+        if stored is None and alternatives and head.status == 304:
+            chosen = await self._chosen_variant(alternatives, headers)
+            if chosen is None:
+                raise _Mismatch
+            variant, old = chosen
+            fresh = freshen(old, headers, request_time, response_time)
+            await self._store.update_head(variant, fresh)
+            await exchange.read()
+            peer = exchange.peer_ip
+            flight.publish_head(
+                FlightHead(304, head.reason, headers, True, peer, fresh.vary_key, fresh, variant)
             )
             flight.finish()
             return None
@@ -345,6 +391,7 @@ class Fetcher:
                 marker = await self._marker(target.url, names)
                 selecting = vary_key(names, req.headers)
                 key = variant_key(target.url, marker, selecting)
+                self.variant_tags.record(target.url, marker.generation, key, headers.get("ETag"))
             writer = self._store.open_writer(key, content_length(headers))
         elif stored is not None and decision is not _VALIDATION_FAILED:
             await self._store.delete(flight.key)
@@ -388,6 +435,23 @@ class Fetcher:
             raise
         exchange.release()
         flight.finish()
+
+    async def _chosen_variant(
+        self, alternatives: Alternatives, not_modified: Headers
+    ) -> tuple[str, StoredHead] | None:
+        """The stored variant a 304 names by its entity tag (RFC 9111 4.3.4), if any is still
+        stored; a 304 without one names none of several."""
+        if response_etag(not_modified) is None:
+            return None
+        for variant, _ in alternatives:
+            found = self._store.get_memory(variant) or await self._store.get(variant)
+            if not isinstance(found, StoredObject):
+                continue
+            if not isinstance(found.body, bytes):
+                found.body.file.close()  # only the head is needed
+            if is_not_modified_for(found.head, not_modified):
+                return variant, found.head
+        return None
 
     async def _marker(self, url: str, names: tuple[str, ...]) -> VaryMarker:
         """The URL's Vary marker, replaced when the response varies on other fields."""

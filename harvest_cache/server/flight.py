@@ -39,6 +39,9 @@ class FlightHead:
     peer_ip: str
     vary_key: str = ""
     refreshed: StoredHead | None = None
+    # Where the refreshed response is stored when not under the flight's key: a stored
+    # variant that a 304 named for a request that matched none.
+    refreshed_key: str = ""
     stored: bool = False  # being written to the store (shareable, and not too large)
 
 

@@ -38,7 +38,13 @@ from harvest_cache.http.vary import vary_key, vary_names
 from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head
 from harvest_cache.server.acl import Access
 from harvest_cache.server.connection import ClientConnection
-from harvest_cache.server.fetch import Fetcher, content_length, upstream_headers, variant_key
+from harvest_cache.server.fetch import (
+    Alternatives,
+    Fetcher,
+    content_length,
+    upstream_headers,
+    variant_key,
+)
 from harvest_cache.server.flight import FlightHead, FlightRetry, StartedFetch
 from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
 from harvest_cache.server.lean import LeanPath
@@ -324,12 +330,17 @@ class Proxy:
         # Why the request goes forward if it does (RFC 9211 2.2), unless to validate: the
         # request's own semantics where something was stored, else no stored response.
         fwd = "uri-miss"
+        alternatives: Alternatives = ()
         if isinstance(found, VaryMarker):
-            key = variant_key(url, found, vary_key(found.names, req.headers))
+            marker = found
+            key = variant_key(url, marker, vary_key(marker.names, req.headers))
             found = await self._lookup(key)
             if isinstance(found, VaryMarker):
                 found = None
             fwd = "vary-miss"
+            if found is None and not cc.no_cache:
+                # The origin may say that one of the variants stored already would do.
+                alternatives = self._fetcher.variant_tags.candidates(url, marker.generation)
         if found is not None and cc.no_cache:
             fwd = "request"
         if "If-Match" in req.headers or "If-Unmodified-Since" in req.headers:
@@ -375,7 +386,7 @@ class Proxy:
         relay = interim_relay(conn, req.version, self._via)
         try:
             flight, reader, joined = await self._fetcher.join_or_start(
-                req, target, key, stored, conn.client_ip, relay
+                req, target, key, stored, conn.client_ip, relay, alternatives
             )
         finally:
             _close_body(stored)
@@ -424,6 +435,7 @@ class Proxy:
             if head.refreshed is not None:
                 reader.close()
                 tx.result = "TCP_REFRESH_UNMODIFIED"
+                key = head.refreshed_key or key
                 found = await self._lookup(key)
                 if not isinstance(found, StoredObject):
                     # Evicted between the 304 and now: fetch it whole.

@@ -604,7 +604,8 @@ async def test_stale_variant_revalidated_with_its_own_etag(
         assert body == f"body in {lang}".encode()
         assert our_cache_status(resp).get("hit") is True
     sent = [r.headers.get("If-None-Match") for r in origin.requests]
-    assert sent == [None, None, '"fr"', '"en"']
+    # (The second, matching no stored variant, asked whether the "en" one would do.)
+    assert sent == [None, '"en"', '"fr"', '"en"']
 
 
 async def test_revalidation_answered_no_store_removes_stored_response(
@@ -823,6 +824,64 @@ async def language_handler(request: web.Request) -> web.Response:
         text=f"body in {lang}",
         headers={"Cache-Control": "max-age=60", "Vary": "Accept-Language"},
     )
+
+
+class Negotiating:
+    """Varies on Accept-Language; ``answer_304`` decides what a conditional request gets:
+    an ETag to answer 304 with, "" for a 304 without ETag, None for a full 200."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str | None, str | None]] = []  # (Accept-Language, If-None-Match)
+        self.answer_304: str | None = None
+
+    async def __call__(self, request: web.Request) -> web.Response:
+        lang = request.headers.get("Accept-Language", "en")
+        inm = request.headers.get("If-None-Match")
+        self.seen.append((request.headers.get("Accept-Language"), inm))
+        headers = {"Cache-Control": "max-age=60", "Vary": "Accept-Language"}
+        if inm is not None and self.answer_304 is not None:
+            if self.answer_304:
+                headers["ETag"] = self.answer_304
+            return web.Response(status=304, headers=headers)
+        headers["ETag"] = f'"{lang}"'
+        return web.Response(text=f"body in {lang}", headers=headers)
+
+
+@pytest.mark.parametrize(
+    ("answer_304", "body", "fwd_status", "requests"),
+    [
+        ('"en"', b"body in en", "304", 3),  # the origin names a stored variant: it is served
+        ('W/"fr"', b"body in fr", "304", 3),  # (weakly: a 304 may use weak comparison)
+        ("", b"body in de", "200", 4),  # a 304 naming none: asked again, unconditionally
+        ('"xx"', b"body in de", "200", 4),  # one naming a variant not stored: the same
+        (None, b"body in de", "200", 3),  # a full response: the new variant
+    ],
+)
+async def test_s4_3_1_a_vary_miss_asks_whether_a_stored_variant_would_do(
+    origin: Origin,
+    client: ProxyClient,
+    answer_304: str | None,
+    body: bytes,
+    fwd_status: str,
+    requests: int,
+) -> None:
+    """A request matching none of the stored variants lists their entity tags in
+    If-None-Match (RFC 9111 4.3.1); a 304 selects one by its ETag (4.3.4)."""
+    state = Negotiating()
+    origin.route("/neg", state)
+    url = origin.url("/neg")
+    for lang in ("en", "fr"):
+        _, got = await client.get(url, headers={"Accept-Language": lang})
+        assert got == f"body in {lang}".encode()
+    state.answer_304 = answer_304
+    resp, got = await client.get(url, headers={"Accept-Language": "de"})
+    assert (resp.status, got) == (200, body)
+    params = our_cache_status(resp)
+    assert (params.get("fwd"), params.get("fwd-status")) == ("vary-miss", fwd_status)
+    assert len(state.seen) == requests
+    assert state.seen[2] == ("de", '"en", "fr"')
+    if requests == 4:
+        assert state.seen[3] == ("de", None)
 
 
 async def test_vary_stores_several_variants_per_url(origin: Origin, client: ProxyClient) -> None:
