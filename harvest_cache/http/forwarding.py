@@ -35,6 +35,10 @@ HOP_BY_HOP = frozenset(
 _NOT_FORWARDED = frozenset({"expect", "host"})
 
 
+# Connection values that name no field but hop-by-hop ones: nothing to look for.
+_PLAIN_CONNECTION = frozenset({"keep-alive", "close"})
+
+
 def end_to_end(
     headers: Iterable[tuple[str, str]], without: frozenset[str] = frozenset()
 ) -> Headers:
@@ -52,8 +56,13 @@ def end_to_end(
         elif low == "connection":
             named.append(value)
     if named:
-        options = {o.lower() for v in named for o in split_list(v)}
         # Mostly "keep-alive" or "close", which name no kept field: nothing more to drop.
+        options = {
+            o.lower()
+            for v in named
+            if v.strip().lower() not in _PLAIN_CONNECTION
+            for o in split_list(v)
+        }
         if not options.isdisjoint(index):
             return Headers([(n, v) for n, v in kept if n.lower() not in options])
     return Headers.indexed(kept, index)

@@ -25,6 +25,8 @@ def vary_names(headers: Headers) -> tuple[str, ...] | None:
     ``*`` means the response varies on something beyond the request's fields, so no later
     request can be shown to match it.
     """
+    if "Vary" not in headers:
+        return ()  # nearly always: one lookup, no list to split
     names = {name.lower() for name in headers.get_list("Vary")}
     if "*" in names:
         return None

@@ -44,7 +44,10 @@ class MemoryTier:
         self.size = 0
         self.evictions = 0
         self.bypasses = 0
-        self._entries: OrderedDict[str, tuple[Found, int]] = OrderedDict()
+        # Objects alone, their sizes worked out again when they leave: a (found, size) pair
+        # per entry would be one more object for the garbage collector to walk, and a full
+        # tier holds hundreds of thousands.
+        self._entries: OrderedDict[str, Found] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -60,11 +63,10 @@ class MemoryTier:
         return body_length <= self.max_object
 
     def get(self, key: str) -> Found | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return entry[0]
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+        return found
 
     def put(self, key: str, found: Found) -> bool:
         """Store ``found`` under ``key``; if it does not fit, drop whatever the key held."""
@@ -74,15 +76,15 @@ class MemoryTier:
         if too_big or size > self.capacity:
             self.bypasses += 1
             return False
-        self._entries[key] = (found, size)
+        self._entries[key] = found
         self.size += size
         self._evict()
         return True
 
     def _evict(self) -> None:
         while self.size > self.capacity:
-            _, (_, evicted) = self._entries.popitem(last=False)
-            self.size -= evicted
+            _, evicted = self._entries.popitem(last=False)
+            self.size -= entry_size(evicted)
             self.evictions += 1
 
     def bypass(self, key: str) -> None:
@@ -92,12 +94,10 @@ class MemoryTier:
 
     def replace_head(self, key: str, head: StoredHead) -> None:
         """Give a held object a new head (same body); markers and absent keys are left alone."""
-        entry = self._entries.get(key)
-        if entry is None:
-            return
-        old, old_size = entry
+        old = self._entries.get(key)
         if not isinstance(old, StoredObject):
             return
+        old_size = entry_size(old)
         # The body is unchanged, so its length is kept whatever the new head says.
         if head.body_length != old.head.body_length:
             head = head.with_body_length(old.head.body_length)
@@ -107,12 +107,12 @@ class MemoryTier:
             self.bypass(key)
             return
         # In place: revalidated objects are refreshed often, and this runs on every one.
-        self._entries[key] = (StoredObject(head, old.body, old.tier), size)
+        self._entries[key] = StoredObject(head, old.body, old.tier)
         self._entries.move_to_end(key)
         self.size += size - old_size
         self._evict()
 
     def delete(self, key: str) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self.size -= entry[1]
+        found = self._entries.pop(key, None)
+        if found is not None:
+            self.size -= entry_size(found)
