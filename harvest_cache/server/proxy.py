@@ -361,8 +361,8 @@ class Proxy:
                     )
                 await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit", key=key)
                 return
-            if reuse.ttl > 0:
-                fwd = "request"  # fresh, but the request's max-age or min-fresh refused it
+            if reuse.ttl > 0 and reuse.reason in ("request-max-age", "min-fresh"):
+                fwd = "request"  # fresh, but the request's own directives refused it
             if reuse.stale_while_revalidate and req.body is None:
                 self._refresh_behind(req, target, key, found, conn.client_ip)
                 tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"

@@ -148,3 +148,14 @@ async def test_rfc9211_2_7_no_key_by_default(origin: Origin, client: ProxyClient
     for _ in range(3):
         resp, _ = await client.get(origin.url("/nk"))
         assert "key" not in our_cache_status(resp)
+
+
+async def test_rfc9211_2_2_fwd_stale_for_a_fresh_no_cache_response(
+    origin: Origin, client: ProxyClient
+) -> None:
+    """A response's own no-cache makes it need validation, fresh or not: that is not the
+    request's doing, so fwd says stale."""
+    origin.route("/nc", static(b"n", {"Cache-Control": "max-age=60, no-cache", "ETag": '"n"'}))
+    await client.get(origin.url("/nc"))
+    resp, _ = await client.get(origin.url("/nc"))
+    assert our_cache_status(resp).get("fwd") == "stale"
