@@ -391,7 +391,9 @@ class Fetcher:
                 marker = await self._marker(target.url, names)
                 selecting = vary_key(names, req.headers)
                 key = variant_key(target.url, marker, selecting)
-                self.variant_tags.record(target.url, marker.generation, key, headers.get("ETag"))
+                etag = response_etag(headers)  # (only a valid one goes into If-None-Match)
+                tag = str(etag) if etag is not None else None
+                self.variant_tags.record(target.url, marker.generation, key, tag)
             writer = self._store.open_writer(key, content_length(headers))
         elif stored is not None and decision is not _VALIDATION_FAILED:
             await self._store.delete(flight.key)
