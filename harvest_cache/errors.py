@@ -7,6 +7,9 @@
     ├── RequestError             a client request we refuse; carries the status to answer
     ├── store.disk.DiskError     a disk-tier operation failed (the store maps it to a miss)
     ├── store.codec.CorruptRecord a stored record could not be decoded
+    ├── IcpError                 an ICP datagram that is not a message to act on
+    │   ├── MalformedIcp         truncated, wrong length or version, URL not NUL-terminated
+    │   └── UnknownIcpOpcode     an opcode RFC 2186 does not define (ignored, not answered)
     └── UpstreamError            the next hop failed; carries the status and a short cause
         ├── DNSFailure           502: the origin's name did not resolve
         ├── ConnectRefused       502: the origin refused the connection
@@ -80,3 +83,15 @@ class UpstreamReset(UpstreamError):
 
 class UpstreamProtocolError(UpstreamError):
     kind = "protocol"
+
+
+class IcpError(HarvestCacheError):
+    """An ICP datagram that is not a message to act on."""
+
+
+class MalformedIcp(IcpError):
+    """The datagram breaks ICP v2's format (RFC 2186 1-2)."""
+
+
+class UnknownIcpOpcode(IcpError):
+    """The datagram's opcode is not one RFC 2186 defines: ignore it, send nothing back."""
