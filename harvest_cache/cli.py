@@ -30,6 +30,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR", help="disk tier directory (default ./var/cache)")
     p.add_argument("--memory-mb", type=int, metavar="N", help="memory tier size in MiB")
     p.add_argument("--disk-mb", type=int, metavar="N", help="disk tier size in MiB")
+    p.add_argument("--icp-port", type=int, metavar="N", help="UDP port to answer ICP on (0: off)")
     p.add_argument(
         "--check-config", action="store_true", help="validate the configuration and exit"
     )
@@ -48,6 +49,7 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         ("cache_dir", "cache", "dir"),
         ("memory_mb", "cache", "memory_mb"),
         ("disk_mb", "cache", "disk_mb"),
+        ("icp_port", "icp", "port"),
     ):
         value = getattr(args, flag)
         if value is not None:

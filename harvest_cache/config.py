@@ -396,6 +396,22 @@ class LogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class IcpConfig:
+    port: int = setting(
+        0,
+        "UDP port on which the cache answers ICP queries (RFC 2186) from other caches, on"
+        " `server.listen`'s address; 0 turns ICP off.",
+        integer(0, 65535),
+    )
+    allow: tuple[IPNetwork, ...] = setting(
+        (),
+        "Networks whose caches may query us (Squid's `icp_access`); others get DENIED. Empty"
+        " denies everyone.",
+        networks,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     access: AccessConfig = field(default_factory=AccessConfig)
@@ -403,6 +419,7 @@ class Config:
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     dns: DNSConfig = field(default_factory=DNSConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    icp: IcpConfig = field(default_factory=IcpConfig)
 
 
 SECTIONS: dict[str, type[Any]] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harvest_cache.cli import main
+from harvest_cache.cli import main, overrides, parser
 from harvest_cache.config import Address, Config, ConfigError, from_mapping, load, reference
 
 
@@ -172,3 +172,9 @@ def test_python_dash_m_runs_the_cli() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "configuration OK" in out.stdout
+
+
+def test_icp_port_flag_overrides_the_file() -> None:
+    assert overrides(parser().parse_args(["--icp-port", "3130"])) == {"icp": {"port": 3130}}
+    with pytest.raises(ConfigError, match=r"icp\.port: must be between 0 and 65535"):
+        load(None, {"icp": {"port": 70000}})

@@ -5,11 +5,22 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 
-from harvest_cache.config import AccessConfig
+from harvest_cache.config import AccessConfig, IPNetwork
 
 
 def _in_ranges(port: int, ranges: tuple[tuple[int, int], ...]) -> bool:
     return any(lo <= port <= hi for lo, hi in ranges)
+
+
+def address_in(ip: str, networks: tuple[IPNetwork, ...]) -> bool:
+    """Whether ``ip`` (IPv4-mapped IPv6 counting as IPv4) is in one of ``networks``."""
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in net for net in networks)
 
 
 class Access:
@@ -20,13 +31,7 @@ class Access:
         self.port_allowed = lru_cache(maxsize=1024)(self._port_allowed)
 
     def _client_allowed(self, ip: str) -> bool:
-        try:
-            address = ipaddress.ip_address(ip)
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
-        return any(address in net for net in self._config.allow)
+        return address_in(ip, self._config.allow)
 
     def _port_allowed(self, port: int) -> bool:
         return _in_ranges(port, self._config.safe_ports)

@@ -7,7 +7,9 @@ import logging
 import socket
 
 from harvest_cache.config import Config
+from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.server.accesslog import AccessLog
+from harvest_cache.server.acl import address_in
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.proxy import Proxy
 from harvest_cache.server.tasks import TaskSet
@@ -38,6 +40,7 @@ class CacheServer:
         self.connections: set[ClientConnection] = set()
         self.name = config.server.name
         self.proxy: Proxy | None = None
+        self.icp: IcpEndpoint | None = None
         self._server: asyncio.Server | None = None
         self.address: tuple[str, int] = (config.server.listen.host, config.server.listen.port)
 
@@ -50,6 +53,9 @@ class CacheServer:
         try:
             await self._listen()
         except BaseException:
+            if self._server is not None:  # (the ICP port could not be had)
+                self._server.close()
+                await self._server.wait_closed()
             await self._close_parts()
             raise
         return self
@@ -67,6 +73,24 @@ class CacheServer:
             self.config, self.name, self.store, self.pool, self.access_log, self.tasks
         )
         log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
+        if self.config.icp.port:
+            await self._listen_icp()
+
+    async def _listen_icp(self) -> None:
+        assert self.proxy is not None
+        icp, host = self.config.icp, self.config.server.listen.host
+        endpoint = IcpEndpoint(
+            self.store,
+            self.proxy.heuristics,
+            lambda ip: address_in(ip, icp.allow),
+            lambda: len(self.connections) < self.config.server.max_connections,
+            self.tasks,
+        )
+        await asyncio.get_running_loop().create_datagram_endpoint(
+            lambda: endpoint, local_addr=(host, icp.port)
+        )
+        self.icp = endpoint
+        log.info("answering ICP on %s:%d", host, icp.port)
 
     def _new_connection(self) -> asyncio.Protocol:
         assert self.proxy is not None
@@ -81,6 +105,8 @@ class CacheServer:
         """Stop accepting, let requests in progress finish within ``grace``, then close all."""
         if self._server is not None:
             self._server.close()
+        if self.icp is not None:
+            self.icp.close()
         for conn in list(self.connections):
             conn.close_when_idle()  # so no worker waits on for a next request
         if self.proxy is not None:

@@ -115,7 +115,7 @@ class Proxy:
             (p.regex, Heuristic(p.percent, p.max_seconds, p.min_seconds))
             for p in cache.refresh_patterns
         ]
-        self._heuristics = HeuristicRules(
+        self.heuristics = HeuristicRules(
             rules,
             Heuristic(cache.heuristic_percent, cache.heuristic_max_seconds),
         )
@@ -126,7 +126,7 @@ class Proxy:
         self._refreshing: set[str] = set()  # keys revalidated in the background
         self._hot = HotIndex(store, name, self._status_keys)
         self.lean = LeanPath(
-            config, name, store, pool, self._fetcher, access_log, self._heuristics, tasks
+            config, name, store, pool, self._fetcher, access_log, self.heuristics, tasks
         )
 
     @property
@@ -352,7 +352,7 @@ class Proxy:
             return
         if found is not None and not cc.no_cache:
             now = time.time()
-            reuse = evaluate(found.head, cc, now, self._heuristics.for_url(url))
+            reuse = evaluate(found.head, cc, now, self.heuristics.for_url(url))
             if isinstance(reuse, Fresh):
                 tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"
                 if found.tier == "memory" and key == url and _plain(req):
@@ -441,7 +441,7 @@ class Proxy:
                     # Evicted between the 304 and now: fetch it whole.
                     await self._forward(req, target, conn, tx, reply, "TCP_SWAPFAIL_MISS")
                     return
-                heuristic = self._heuristics.for_url(target.url)
+                heuristic = self.heuristics.for_url(target.url)
                 reuse = evaluate(found.head, parse_cache_control(()), time.time(), heuristic)
                 await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, fwd, 304, key=key)
                 return
@@ -519,7 +519,7 @@ class Proxy:
         found = await self._lookup(key)
         if not isinstance(found, StoredObject):
             return False
-        heuristic = self._heuristics.for_url(found.head.url)
+        heuristic = self.heuristics.for_url(found.head.url)
         reuse = evaluate(found.head, request_directives(req.headers), time.time(), heuristic)
         max_stale = self._config.cache.max_stale
         if not stale_on_failure(reuse, unreachable=fwd_status is None, max_stale=max_stale):

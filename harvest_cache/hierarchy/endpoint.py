@@ -1,0 +1,111 @@
+"""The cache's ICP socket: answers other caches' queries (RFC 2186), on one UDP port.
+
+Replies leave from the socket the query came to, with its request number and URL echoed, as
+Squid requires. A datagram that is not a well-formed ICP v2 query is dropped without a word
+(and counted): a peer must never be able to stall or crash us with garbage. An object held in
+memory is answered at once; one that may be on disk is looked up in the store's thread pool,
+and past ``MAX_PENDING`` such lookups a query is answered MISS at once rather than queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import cast
+
+from harvest_cache.errors import IcpError, RequestError
+from harvest_cache.hierarchy.icp import IcpMessage, Opcode, decode, encode, reply
+from harvest_cache.hierarchy.responder import answer_opcode
+from harvest_cache.http.freshness import HeuristicRules
+from harvest_cache.http.target import parse_absolute
+from harvest_cache.server.tasks import TaskSet
+from harvest_cache.store.interface import ObjectStore, StoredObject
+
+log = logging.getLogger("harvest_cache")
+
+MAX_PENDING = 256
+Address = tuple[str, int]
+
+
+class IcpEndpoint(asyncio.DatagramProtocol):
+    """``allowed(ip)``: may that cache query us; ``fetching()``: do we take misses now.
+
+    Counters for metrics and tests: ``answered`` by opcode name, ``dropped`` datagrams."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        heuristics: HeuristicRules,
+        allowed: Callable[[str], bool],
+        fetching: Callable[[], bool],
+        tasks: TaskSet,
+    ) -> None:
+        self._store = store
+        self._heuristics = heuristics
+        self._allowed = allowed
+        self._fetching = fetching
+        self._tasks = tasks
+        self._transport: asyncio.DatagramTransport | None = None
+        self._pending = 0
+        self.answered: dict[str, int] = {}
+        self.dropped = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: Address) -> None:
+        try:
+            message = decode(data)
+        except IcpError:
+            self.dropped += 1
+            return
+        if message.opcode is not Opcode.QUERY:
+            self.dropped += 1  # replies to queries we never sent (we send none yet)
+            return
+        if not self._allowed(addr[0]):
+            self._send(message, addr, Opcode.DENIED)
+            return
+        try:
+            url = parse_absolute(message.url).url
+        except RequestError:
+            self._send(message, addr, Opcode.ERR)
+            return
+        found = self._store.get_memory(url)
+        if found is None and self._store.has_disk and self._pending < MAX_PENDING:
+            self._pending += 1
+            self._tasks.spawn(self._answer_from_disk(message, addr, url), f"icp {url}")
+            return
+        self._answer(message, addr, url, found)
+
+    async def _answer_from_disk(self, message: IcpMessage, addr: Address, url: str) -> None:
+        try:
+            found = await self._store.get(url)
+            if isinstance(found, StoredObject) and not isinstance(found.body, bytes):
+                found.body.file.close()  # only the head is needed
+            self._answer(message, addr, url, found)
+        finally:
+            self._pending -= 1
+
+    def _answer(self, message: IcpMessage, addr: Address, url: str, found: object) -> None:
+        opcode = answer_opcode(
+            found if isinstance(found, StoredObject) else None,
+            fetching=self._fetching(),
+            now=time.time(),
+            heuristic=self._heuristics.for_url(url),
+        )
+        self._send(message, addr, opcode)
+
+    def _send(self, message: IcpMessage, addr: Address, opcode: Opcode) -> None:
+        self.answered[opcode.name] = self.answered.get(opcode.name, 0) + 1
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.sendto(encode(reply(message, opcode)), addr)
+
+    def error_received(self, exc: Exception) -> None:
+        # (An ICMP error for an earlier reply: the querier went away. Nothing to do.)
+        log.debug("ICP socket error: %s", exc)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()

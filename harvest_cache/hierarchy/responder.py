@@ -1,0 +1,35 @@
+"""What to answer another cache's ICP query (RFC 2186 2, RFC 2187): pure, time passed in.
+
+(A cache not allowed to ask gets DENIED, and a URL that is not an http URL ERR, before
+anything is looked up.)
+
+HIT only for an object that will stay fresh long enough for the querier to come and fetch
+it (``HIT_MIN_TTL``): a HIT that is stale by the time the HTTP request arrives would cost the
+querier a revalidation it chose us to avoid. A URL whose responses vary is a MISS: which
+variant the querier's client needs cannot be told from the URL alone.
+"""
+
+from __future__ import annotations
+
+from harvest_cache.hierarchy.icp import Opcode
+from harvest_cache.http.cache_control import parse_cache_control
+from harvest_cache.http.freshness import Heuristic
+from harvest_cache.http.policy import Fresh, evaluate
+from harvest_cache.store.interface import StoredObject
+
+HIT_MIN_TTL = 30.0
+_NO_DIRECTIVES = parse_cache_control(())
+
+
+def answer_opcode(
+    found: StoredObject | None, *, fetching: bool, now: float, heuristic: Heuristic
+) -> Opcode:
+    """The reply to an allowed query for a valid URL, given what is stored under it (None:
+    nothing, or a Vary marker): HIT for an object fresh for at least ``HIT_MIN_TTL`` more
+    seconds, else MISS, or MISS_NOFETCH when we would rather not fetch misses for others
+    now (``fetching`` false: overloaded)."""
+    if found is not None:
+        reuse = evaluate(found.head, _NO_DIRECTIVES, now, heuristic)
+        if isinstance(reuse, Fresh) and reuse.reason == "fresh" and reuse.ttl >= HIT_MIN_TTL:
+            return Opcode.HIT
+    return Opcode.MISS if fetching else Opcode.MISS_NOFETCH

@@ -1,0 +1,216 @@
+"""The cache answering ICP queries (RFC 2186) on a real UDP socket on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import cast
+
+import pytest
+from aiohttp import web
+
+from harvest_cache.hierarchy.icp import IcpMessage, Opcode, decode, encode, query
+from harvest_cache.server.app import CacheServer
+from tests.support import MakeCache, Origin, ProxyClient, proxy_client, static
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Querier(asyncio.DatagramProtocol):
+    """A peer cache's ICP socket: sends datagrams, keeps what comes back and from where."""
+
+    def __init__(self) -> None:
+        self.replies: asyncio.Queue[tuple[bytes, tuple[str, int]]] = asyncio.Queue()
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # (uvloop's transports implement DatagramTransport without subclassing it)
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.replies.put_nowait((data, addr))
+
+    async def ask(self, port: int, data: bytes, within: float = 2.0) -> tuple[bytes, int] | None:
+        """Send ``data`` to the cache's ICP port; the reply and the port it came from, or
+        None if nothing came within ``within`` seconds."""
+        assert self.transport is not None
+        self.transport.sendto(data, ("127.0.0.1", port))
+        try:
+            async with asyncio.timeout(within):
+                reply, addr = await self.replies.get()
+        except TimeoutError:
+            return None
+        return reply, addr[1]
+
+    async def answer(self, port: int, message: IcpMessage) -> IcpMessage:
+        got = await self.ask(port, encode(message))
+        assert got is not None, "no ICP reply"
+        reply, source = got
+        assert source == port  # from the socket the query went to, as Squid requires
+        return decode(reply)
+
+
+async def icp_cache(make_cache: MakeCache, **sections: dict[str, object]) -> CacheServer:
+    port = free_udp_port()
+    icp: dict[str, object] = {"port": port, "allow": ["127.0.0.0/8"]}
+    icp.update(sections.pop("icp", {}))
+    return await make_cache(icp=icp, **sections)
+
+
+@pytest.fixture
+async def peer() -> AsyncIterator[Querier]:
+    """A peer's ICP socket, closed after the test."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_datagram_endpoint(Querier, local_addr=("127.0.0.1", 0))
+    try:
+        yield protocol
+    finally:
+        transport.close()
+
+
+def icp_port(cache: CacheServer) -> int:
+    return cache.config.icp.port
+
+
+async def store(client: ProxyClient, url: str) -> None:
+    await client.get(url)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"Cache-Control": "max-age=600"}, Opcode.HIT),
+        ({"Cache-Control": "max-age=20"}, Opcode.MISS),  # fresh, but not for 30 s more
+        ({"Cache-Control": "max-age=0", "ETag": '"s"'}, Opcode.MISS),  # stale
+        ({"Cache-Control": "no-store"}, Opcode.MISS),  # never stored
+    ],
+)
+async def test_rfc2186_hit_only_for_an_object_fresh_for_30_seconds_more(
+    origin: Origin, make_cache: MakeCache, headers: dict[str, str], expected: Opcode, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache)
+    origin.route("/o", static(b"o", headers))
+    url = origin.url("/o")
+    async with proxy_client(cache) as client:
+        await store(client, url)
+    answer = await peer.answer(icp_port(cache), query(4242, url))
+    assert answer.opcode is expected
+    assert (answer.request_number, answer.url) == (4242, url)  # both echoed
+
+
+async def test_rfc2186_miss_for_what_is_not_stored(make_cache: MakeCache, peer: Querier) -> None:
+    cache = await icp_cache(make_cache)
+    answer = await peer.answer(icp_port(cache), query(1, "http://127.0.0.1:9/nothing"))
+    assert answer.opcode is Opcode.MISS
+
+
+async def test_rfc2186_hit_for_an_object_on_disk_only(
+    origin: Origin, make_cache: MakeCache, peer: Querier
+) -> None:
+    """With no memory tier, the answer waits for the disk tier's lookup (off the loop)."""
+    cache = await icp_cache(make_cache, cache={"memory_mb": 0})
+    origin.route("/disk", static(b"d" * 5000, {"Cache-Control": "max-age=600"}))
+    url = origin.url("/disk")
+    async with proxy_client(cache) as client:
+        await store(client, url)
+        hit, _ = await client.get(url)
+    assert "hit" in hit.headers["Cache-Status"]  # (stored on disk indeed)
+    assert (await peer.answer(icp_port(cache), query(2, url))).opcode is Opcode.HIT
+
+
+async def test_rfc2186_denied_to_a_cache_not_allowed(
+    origin: Origin, make_cache: MakeCache, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache, icp={"allow": ["10.0.0.0/8"]})
+    origin.route("/d", static(b"d", {"Cache-Control": "max-age=600"}))
+    async with proxy_client(cache) as client:
+        await store(client, origin.url("/d"))
+    answer = await peer.answer(icp_port(cache), query(3, origin.url("/d")))
+    assert answer.opcode is Opcode.DENIED
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/f", "not a url", ""])
+async def test_rfc2186_err_for_a_url_that_is_not_http(
+    make_cache: MakeCache, url: str, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache)
+    answer = await peer.answer(icp_port(cache), query(5, url))
+    assert (answer.opcode, answer.url) == (Opcode.ERR, url)
+
+
+async def test_rfc2186_a_vary_url_is_a_miss(
+    origin: Origin, make_cache: MakeCache, peer: Querier
+) -> None:
+    async def varied(request: web.Request) -> web.Response:
+        return web.Response(body=b"v", headers={"Cache-Control": "max-age=600", "Vary": "Accept"})
+
+    cache = await icp_cache(make_cache)
+    origin.route("/vary", varied)
+    async with proxy_client(cache) as client:
+        await store(client, origin.url("/vary"))
+    answer = await peer.answer(icp_port(cache), query(6, origin.url("/vary")))
+    assert answer.opcode is Opcode.MISS
+
+
+async def test_rfc2186_3_no_rtt_is_claimed_when_asked_for_one(
+    make_cache: MakeCache, peer: Querier
+) -> None:
+    """Harvest measures no origin RTTs yet: the reply leaves SRC_RTT clear, as allowed."""
+    cache = await icp_cache(make_cache)
+    answer = await peer.answer(icp_port(cache), query(7, "http://127.0.0.1:9/", src_rtt=True))
+    assert (answer.options, answer.src_rtt) == (0, None)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x01",
+        bytes(20),  # ICP_OP_INVALID
+        encode(query(8, "http://x/"))[:-1],  # length field wrong
+        b"\x01\x03" + encode(query(8, "http://x/"))[2:],  # version 3 (crashes Squid 5.7)
+        b"\x18\x02\x00\x1e" + bytes(16) + b"http://x/\x00",  # opcode 24: undefined
+        encode(IcpMessage(Opcode.HIT, 8, "http://x/")),  # a reply we never asked for
+        b"\xff" * 2000,
+    ],
+)
+async def test_rfc2186_garbage_gets_no_answer_and_stalls_nothing(
+    make_cache: MakeCache, garbage: bytes, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache)
+    assert cache.icp is not None
+    port = icp_port(cache)
+    assert await peer.ask(port, garbage, within=0.3) is None
+    assert cache.icp.dropped == 1
+    # Still answering.
+    assert (await peer.answer(port, query(9, "http://127.0.0.1:9/"))).opcode is Opcode.MISS
+
+
+async def test_rfc2186_many_queries_each_answered_with_its_number(
+    make_cache: MakeCache, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache)
+    port = icp_port(cache)
+    assert peer.transport is not None
+    for n in range(1, 51):
+        peer.transport.sendto(encode(query(n, f"http://127.0.0.1:9/{n}")), ("127.0.0.1", port))
+    numbers: set[int] = set()
+    deadline = time.monotonic() + 5
+    while len(numbers) < 50 and time.monotonic() < deadline:
+        async with asyncio.timeout(5):
+            data, _ = await peer.replies.get()
+        message = decode(data)
+        assert message.url == f"http://127.0.0.1:9/{message.request_number}"
+        numbers.add(message.request_number)
+    assert numbers == set(range(1, 51))
+
+
+async def test_icp_is_off_unless_a_port_is_configured(make_cache: MakeCache, peer: Querier) -> None:
+    cache = await make_cache()
+    assert cache.icp is None
