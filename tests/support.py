@@ -241,6 +241,14 @@ def free_port() -> int:
         return port
 
 
+def free_udp_port() -> int:
+    """A UDP port on 127.0.0.1 that was free a moment ago (for ICP sockets)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 async def wait_for_port(port: int, *, within: float = 15.0) -> None:
     """Wait until 127.0.0.1:``port`` accepts connections (polling, bounded by ``within``)."""
     async with asyncio.timeout(within):

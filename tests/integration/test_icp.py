@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import cast
@@ -13,14 +12,7 @@ from aiohttp import web
 
 from harvest_cache.hierarchy.icp import IcpMessage, Opcode, decode, encode, query
 from harvest_cache.server.app import CacheServer
-from tests.support import MakeCache, Origin, ProxyClient, proxy_client, static
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.support import MakeCache, Origin, ProxyClient, free_udp_port, proxy_client, static
 
 
 class Querier(asyncio.DatagramProtocol):

@@ -11,18 +11,9 @@ never serves misses).
 
 from __future__ import annotations
 
-import socket
-
 from harvest_cache.server.app import CacheServer
 from tests.interop.conftest import running_squid, send
-from tests.support import MakeCache, Origin, static, wait_until
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.support import MakeCache, Origin, free_udp_port, static, wait_until
 
 
 def sibling_conf(cache: CacheServer) -> str:
