@@ -120,11 +120,9 @@ class Proxy:
             Heuristic(cache.heuristic_percent, cache.heuristic_max_seconds),
         )
         self._tasks = tasks
-        self._via = forwarding.via_entry("1.1", name)
-        self._status_keys = config.server.cache_status_key
         self._fetcher = Fetcher(config, name, store, pool, tasks.spawn)
         self._refreshing: set[str] = set()  # keys revalidated in the background
-        self._hot = HotIndex(store, name, self._status_keys)
+        self._hot = HotIndex(store, name, config.server.cache_status_key)
         self.lean = LeanPath(
             config, name, store, pool, self._fetcher, access_log, self.heuristics, tasks
         )
@@ -383,7 +381,7 @@ class Proxy:
         stored = found if found is not None and not cc.no_cache else None
         if found is not None and stored is None:
             _close_body(found)
-        relay = interim_relay(conn, req.version, self._via)
+        relay = interim_relay(conn, req.version, self.lean.via)
         try:
             flight, reader, joined = await self._fetcher.join_or_start(
                 req, target, key, stored, conn.client_ip, relay, alternatives
@@ -464,7 +462,7 @@ class Proxy:
                     fwd_status=head.status,
                     stored=head.stored and not joined,
                     collapsed=joined,
-                    key=self._key(key),
+                    key=self.lean.key_for(key),
                 ),
             )
             whole = reader.read_whole(_COALESCE)
@@ -477,10 +475,6 @@ class Proxy:
             await reply.end()
         finally:
             reader.close()
-
-    def _key(self, key: str) -> str | None:
-        """The cache key for Cache-Status, if configured to name it."""
-        return key if self._status_keys else None
 
     def _refresh_behind(
         self, req: Request, target: Target, key: str, stale: StoredObject, client_ip: str
@@ -559,7 +553,7 @@ class Proxy:
                 ranged = _ranged(req.headers, stored_headers, obj.body, head.body_length)
                 if ranged is not None:
                     status, reason, headers, length, pieces = ranged
-        named = self._key(key)
+        named = self.lean.key_for(key)
         if detail == "hit":
             value = cache_status(self.name, hit=True, ttl=ttl, key=named)
         else:
@@ -616,7 +610,7 @@ class Proxy:
             forwarding.request_head(req.method, target.path, headers),
             body=aiter(req.body) if req.body is not None else None,
             chunked=req.chunked,
-            interim=interim_relay(conn, req.version, self._via, sent_continue=sent_continue),
+            interim=interim_relay(conn, req.version, self.lean.via, sent_continue=sent_continue),
         )
         request_time = time.time()
         exchange = await send(self._pool, out, self._config.upstream.read_timeout)
@@ -640,7 +634,7 @@ class Proxy:
             cacheable = req.method in ("GET", "HEAD")
             if fwd is None:
                 fwd = "uri-miss" if cacheable else "method"
-            named = self._key(target.url) if cacheable else None
+            named = self.lean.key_for(target.url) if cacheable else None
             response_headers.add(
                 "Cache-Status",
                 cache_status(self.name, hit=False, fwd=fwd, fwd_status=head.status, key=named),
