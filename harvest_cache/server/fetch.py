@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple
@@ -32,6 +33,7 @@ from harvest_cache.server.flight import Flight, FlightHead, FlightReader
 from harvest_cache.server.request import Request
 from harvest_cache.server.variants import VariantTags
 from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.fields import shared_fields
 from harvest_cache.store.interface import ObjectStore, ObjectWriter, StoredObject
 from harvest_cache.upstream.client import Exchange, OutgoingRequest, send
 from harvest_cache.upstream.connection import Interim
@@ -158,7 +160,14 @@ def head_to_store(
         headers = kept
     request_time, response_time = times
     return StoredHead(
-        url, status, reason, tuple(headers), request_time, response_time, body_length, selecting
+        url,
+        status,
+        sys.intern(reason),
+        shared_fields(headers),
+        request_time,
+        response_time,
+        body_length,
+        selecting,
     )
 
 

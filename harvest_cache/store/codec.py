@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from harvest_cache.errors import HarvestCacheError
 from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.fields import shared_fields
 
 FORMAT = 1
 _OBJECT = ord("O")
@@ -97,8 +99,8 @@ def _object(fields: Any) -> ObjectRecord:
             head = StoredHead(
                 url=url,
                 status=status,
-                reason=reason,
-                headers=tuple((name, value) for name, value in headers),
+                reason=sys.intern(reason),
+                headers=shared_fields((name, value) for name, value in headers),
                 request_time=float(request_time),
                 response_time=float(response_time),
                 body_length=body_length,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import StoredObject
-from harvest_cache.store.memory import MemoryTier, entry_size, head_size
+from harvest_cache.store.memory import FIELD_OVERHEAD, MemoryTier, entry_size, head_size
 
 
 def head(url: str, body_length: int, *fields: tuple[str, str]) -> StoredHead:
@@ -39,7 +39,7 @@ def test_size_follows_a_larger_and_a_smaller_head() -> None:
     before = tier.size
     bigger = head("http://a/", 100, ("x-long", "v" * 500))
     tier.replace_head("a", bigger)
-    assert tier.size == before + 500 + len("x-long")
+    assert tier.size == before + FIELD_OVERHEAD + 500 + len("x-long")
     assert tier.size == accounted(tier, ["a", "b"])
     smaller = head("http://a/", 100)
     tier.replace_head("a", smaller)
@@ -113,7 +113,7 @@ def test_growing_head_evicts_others_but_not_itself() -> None:
 
 def test_head_too_large_for_the_tier_bypasses_and_drops_the_object() -> None:
     item = obj(b"x" * 100)
-    tier = MemoryTier(capacity=entry_size(item) + 20, max_object=1000)
+    tier = MemoryTier(capacity=entry_size(item) + FIELD_OVERHEAD + 20, max_object=1000)
     assert tier.put("other", obj(b""))  # (does not fit with "k": evicted by the put below)
     assert tier.put("k", item)
     assert tier.get("other") is None

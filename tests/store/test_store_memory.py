@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.fields import shared_fields
 from harvest_cache.store.interface import StoredObject
-from harvest_cache.store.memory import ENTRY_OVERHEAD, MemoryTier, entry_size
+from harvest_cache.store.memory import ENTRY_OVERHEAD, FIELD_OVERHEAD, MemoryTier, entry_size
 
 
 def obj(body: bytes, url: str = "http://x/") -> StoredObject:
@@ -16,7 +20,8 @@ def test_size_accounts_head_and_body() -> None:
     tier = MemoryTier(capacity=10_000, max_object=5_000)
     item = obj(b"x" * 100)
     assert tier.put("k", item)
-    assert tier.size == entry_size(item) == ENTRY_OVERHEAD + len("http://x/") + 2 + 2 + 100
+    expected = ENTRY_OVERHEAD + len("http://x/") + 2 + FIELD_OVERHEAD + 2 + 100
+    assert tier.size == entry_size(item) == expected
     tier.delete("k")
     assert tier.size == 0
     assert len(tier) == 0
@@ -98,3 +103,55 @@ def test_replace_head_leaves_markers_and_absent_keys_alone() -> None:
     tier.replace_head("absent", head)
     assert tier.get("m") is marker
     assert tier.get("absent") is None
+
+
+def _traced_entry_bytes(tier: MemoryTier, count: int, share: bool) -> tuple[float, float]:
+    """Bytes of Python objects per entry (measured) and charged by the tier, for heads
+    like those an origin sends with 1 KiB objects."""
+    raw = [
+        (b"Server", b"nginx/1.22.1"),
+        (b"Date", b"Mon, 30 Nov 2026 09:27:34 GMT"),
+        (b"Content-Type", b"text/plain"),
+        (b"Content-Length", b"1024"),
+        (b"Last-Modified", b"Mon, 30 Nov 2026 09:00:00 GMT"),
+        (b"ETag", b'"6565e0a0-400"'),
+        (b"Cache-Control", b"max-age=3600"),
+        (b"Accept-Ranges", b"bytes"),
+    ]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(count):
+            url = f"http://127.0.0.1:8080/miss/run-1-{i}"
+            lines = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in raw]
+            fields = shared_fields(lines) if share else tuple(lines)
+            head = StoredHead(url, 200, b"OK".decode(), fields, 1.0, 1.0, 1024)
+            assert tier.put(url, StoredObject(head, bytes(bytearray(1024)), "memory"))
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return used / count, tier.size / count
+
+
+def test_the_tier_charges_at_least_what_its_entries_really_take() -> None:
+    # The tier's capacity bounds the process's memory only if every entry is charged its
+    # real cost, object overhead included.
+    real, charged = _traced_entry_bytes(MemoryTier(1 << 40, 1 << 20), 5000, share=False)
+    assert real <= charged <= 1.25 * real
+
+
+def test_shared_field_lines_make_entries_smaller() -> None:
+    plain, _ = _traced_entry_bytes(MemoryTier(1 << 40, 1 << 20), 5000, share=False)
+    shared, _ = _traced_entry_bytes(MemoryTier(1 << 40, 1 << 20), 5000, share=True)
+    assert shared < plain - 600
+
+
+def test_shared_fields_keep_order_and_values() -> None:
+    lines = [("Content-Type", "text/html"), ("ETag", '"a"'), ("content-type", "text/plain")]
+    first = shared_fields(lines)
+    again = shared_fields([(n + "", v + "") for n, v in lines])
+    assert first == again == tuple(lines)
+    assert again[0] is first[0]  # a repeating line: one tuple for both
+    assert again[1] is not first[1]  # a line that differs per object ...
+    assert again[1][0] is first[1][0]  # ... shares its name alone
