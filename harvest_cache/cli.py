@@ -16,6 +16,7 @@ import uvloop
 from harvest_cache import __version__
 from harvest_cache.config import Config, ConfigError, load, reference
 from harvest_cache.errors import HarvestCacheError
+from harvest_cache.hierarchy.peers import peer_flag
 from harvest_cache.server.app import CacheServer
 
 log = logging.getLogger("harvest_cache")
@@ -30,7 +31,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", metavar="DIR", help="disk tier directory (default ./var/cache)")
     p.add_argument("--memory-mb", type=int, metavar="N", help="memory tier size in MiB")
     p.add_argument("--disk-mb", type=int, metavar="N", help="disk tier size in MiB")
-    p.add_argument("--icp-port", type=int, metavar="N", help="UDP port to answer ICP on (0: off)")
+    p.add_argument(
+        "--icp-port",
+        type=int,
+        metavar="N",
+        help="UDP port for ICP (default 3130 with peers; 0: off)",
+    )
+    p.add_argument(
+        "--peer",
+        action="append",
+        type=_peer_flag,
+        metavar="ROLE:HOST:HTTP_PORT[:ICP_PORT]",
+        help="a parent or sibling cache (repeatable; replaces the file's peers; ICP port 3130"
+        " if not given, 0: none)",
+    )
     p.add_argument(
         "--check-config", action="store_true", help="validate the configuration and exit"
     )
@@ -39,6 +53,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"harvest-cache {__version__}")
     return p
+
+
+def _peer_flag(v: str) -> dict[str, Any]:
+    try:
+        return peer_flag(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -54,6 +75,8 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         value = getattr(args, flag)
         if value is not None:
             out.setdefault(section, {})[key] = value
+    if args.peer:
+        out.setdefault("hierarchy", {})["peers"] = args.peer
     return out
 
 

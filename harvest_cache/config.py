@@ -16,6 +16,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from harvest_cache.errors import ConfigError
+from harvest_cache.hierarchy.peers import (
+    DEFAULT_ICP_PORT,
+    DirectRule,
+    Peer,
+    direct_rules,
+    peer_list,
+)
 
 Parser = Callable[[Any], Any]
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -397,10 +404,11 @@ class LogConfig:
 
 @dataclass(frozen=True, slots=True)
 class IcpConfig:
-    port: int = setting(
-        0,
-        "UDP port on which the cache answers ICP queries (RFC 2186) from other caches, on"
-        " `server.listen`'s address; 0 turns ICP off.",
+    port: int | None = setting(
+        None,
+        "UDP port of the cache's ICP socket (RFC 2186), on `server.listen`'s address: it"
+        " answers other caches' queries and sends ours. Unset: 3130 if any peer is queried"
+        " over ICP, else off; 0 turns ICP off.",
         integer(0, 65535),
     )
     allow: tuple[IPNetwork, ...] = setting(
@@ -408,6 +416,72 @@ class IcpConfig:
         "Networks whose caches may query us (Squid's `icp_access`); others get DENIED. Empty"
         " denies everyone.",
         networks,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HierarchyConfig:
+    peers: tuple[Peer, ...] = setting(
+        (),
+        "Neighbour caches, one `[[hierarchy.peers]]` table each: `host`, `http_port` (3128),"
+        " `icp_port` (3130; 0: no ICP), `role` (`parent` or `sibling`), `weight` (1),"
+        " `domains` (the only domains it serves; a parent with domains gets their requests"
+        " alone), `name` (host:port) and the flags `no_query`, `default`, `round_robin`,"
+        " `closest_only`, `proxy_only` (keep nothing it sends) and `no_digest`. See"
+        " docs/hierarchy.md.",
+        peer_list,
+    )
+    always_direct: tuple[DirectRule, ...] = setting(
+        (),
+        "Requests always fetched from the origin: `[[hierarchy.always_direct]]` tables of"
+        " `url_regex`, `domain` (`.example.org` with subdomains; `!` excludes) and `method`,"
+        " all given having to match.",
+        direct_rules("always_direct"),
+    )
+    never_direct: tuple[DirectRule, ...] = setting(
+        (),
+        "Requests never fetched from the origin but through a parent (tables as for"
+        " `always_direct`, which wins); with no parent left they fail with 504.",
+        direct_rules("never_direct"),
+    )
+    icp_timeout_min: float = setting(
+        0.005,
+        "Least seconds to wait for ICP replies; the wait is twice the peers' mean RTT.",
+        number(0.001, 60),
+    )
+    icp_timeout_max: float = setting(
+        2.0,
+        "Most seconds to wait for ICP replies (and the wait while no RTT is known).",
+        number(0.001, 60),
+    )
+    dead_peer_timeout: float = setting(
+        10.0,
+        "Seconds of unanswered ICP queries after which a peer is dead: still queried,"
+        " no longer waited for.",
+        number(0.1, 3600),
+    )
+    peer_retry: float = setting(
+        30.0,
+        "Seconds a peer is left alone after a TCP connection to it failed (or until it"
+        " answers ICP).",
+        number(0.1, 3600),
+    )
+    digests: bool = setting(
+        True,
+        "Publish a cache digest (a Bloom filter of what the cache holds, in Squid's format)"
+        " and fetch the peers' (but those marked `no_digest`); a digest hit routes a request"
+        " to that peer without an ICP query.",
+        boolean,
+    )
+    digest_rebuild_period: float = setting(
+        600.0,
+        "Seconds between rebuilds of our digest; it lists objects fresh for that long.",
+        number(1, 86400),
+    )
+    digest_fetch_period: float = setting(
+        600.0,
+        "Seconds between fetches of each peer's digest (one older than twice this is dropped).",
+        number(1, 86400),
     )
 
 
@@ -420,6 +494,15 @@ class Config:
     dns: DNSConfig = field(default_factory=DNSConfig)
     log: LogConfig = field(default_factory=LogConfig)
     icp: IcpConfig = field(default_factory=IcpConfig)
+    hierarchy: HierarchyConfig = field(default_factory=HierarchyConfig)
+
+    @property
+    def icp_port(self) -> int:
+        """The ICP port in use (0: none)."""
+        if self.icp.port is not None:
+            return self.icp.port
+        queried = any(p.queried for p in self.hierarchy.peers)
+        return DEFAULT_ICP_PORT if queried else 0
 
 
 SECTIONS: dict[str, type[Any]] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]
@@ -461,6 +544,17 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
 def _check_consistency(config: Config, origin: str, problems: list[str]) -> None:
     if config.dns.min_ttl > config.dns.max_ttl:
         problems.append(f"{origin}: dns.min_ttl ({config.dns.min_ttl}) exceeds dns.max_ttl")
+    hierarchy = config.hierarchy
+    if hierarchy.icp_timeout_min > hierarchy.icp_timeout_max:
+        problems.append(
+            f"{origin}: hierarchy.icp_timeout_min ({hierarchy.icp_timeout_min})"
+            " exceeds hierarchy.icp_timeout_max"
+        )
+    if config.icp_port == 0 and any(p.queried for p in hierarchy.peers):
+        problems.append(
+            f"{origin}: icp.port is 0 but peers are to be queried over ICP"
+            " (give them icp_port = 0 or no_query, or set icp.port)"
+        )
 
 
 def load(path: Path | None, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Config:

@@ -7,6 +7,7 @@
     ├── RequestError             a client request we refuse; carries the status to answer
     ├── store.disk.DiskError     a disk-tier operation failed (the store maps it to a miss)
     ├── store.codec.CorruptRecord a stored record could not be decoded
+    ├── DigestError              a peer's cache digest that cannot be read
     ├── IcpError                 an ICP datagram that is not a message to act on
     │   ├── MalformedIcp         truncated, wrong length or version, URL not NUL-terminated
     │   └── UnknownIcpOpcode     an opcode RFC 2186 does not define (ignored, not answered)
@@ -16,7 +17,8 @@
         ├── ConnectTimeout       504: no connection within the connect timeout
         ├── ReadTimeout          504: the origin stopped sending
         ├── UpstreamReset        502: the connection broke before the response head ended
-        └── UpstreamProtocolError 502: the origin's response could not be parsed
+        ├── UpstreamProtocolError 502: the origin's response could not be parsed
+        └── NoRoute              504: never_direct, and no parent could take the request
 
 Third-party exceptions (OSError, dnspython, httptools, diskcache and SQLite) are mapped to
 these where the upstream, DNS and store modules call them; nothing matches on exception text.
@@ -83,6 +85,15 @@ class UpstreamReset(UpstreamError):
 
 class UpstreamProtocolError(UpstreamError):
     kind = "protocol"
+
+
+class NoRoute(UpstreamError):
+    status = 504
+    kind = "no_route"
+
+
+class DigestError(HarvestCacheError):
+    """A cache digest (a peer's Bloom filter) that this code cannot read."""
 
 
 class IcpError(HarvestCacheError):

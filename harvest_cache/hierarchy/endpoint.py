@@ -1,10 +1,13 @@
-"""The cache's ICP socket: answers other caches' queries (RFC 2186), on one UDP port.
+"""The cache's ICP socket (RFC 2186), on one UDP port: it answers other caches' queries and
+carries ours, whose replies it hands to ``on_reply`` (the peer selection's driver).
 
 Replies leave from the socket the query came to, with its request number and URL echoed, as
-Squid requires. A datagram that is not a well-formed ICP v2 query is dropped without a word
-(and counted): a peer must never be able to stall or crash us with garbage. An object held in
-memory is answered at once; one that may be on disk is looked up in the store's thread pool,
-and past ``MAX_PENDING`` such lookups a query is answered MISS at once rather than queued.
+Squid requires; a query asking for SRC_RTT gets the measured time to connect to the URL's
+host, when there is one (RFC 2186 3; Squid ranks parents' misses by it). A datagram that is
+not a well-formed ICP v2 message is dropped without a word (and counted): a peer must never
+be able to stall or crash us with garbage. An object held in memory is answered at once; one
+that may be on disk is looked up in the store's thread pool, and past ``MAX_PENDING`` such
+lookups a query is answered MISS at once rather than queued.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from collections.abc import Callable
 from typing import cast
 
 from harvest_cache.errors import IcpError, RequestError
-from harvest_cache.hierarchy.icp import IcpMessage, Opcode, decode, encode, reply
+from harvest_cache.hierarchy.icp import FLAG_SRC_RTT, IcpMessage, Opcode, decode, encode, reply
 from harvest_cache.hierarchy.responder import answer_opcode
 from harvest_cache.http.freshness import HeuristicRules
-from harvest_cache.http.target import parse_absolute
+from harvest_cache.http.target import Target, parse_absolute
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.store.interface import ObjectStore, StoredObject
 
@@ -30,7 +33,8 @@ Address = tuple[str, int]
 
 
 class IcpEndpoint(asyncio.DatagramProtocol):
-    """``allowed(ip)``: may that cache query us; ``fetching()``: do we take misses now.
+    """``allowed(ip)``: may that cache query us; ``fetching()``: do we take misses now;
+    ``on_reply(message, addr)``: take a reply to one of our queries (False: not ours).
 
     Counters for metrics and tests: ``answered`` by opcode name, ``dropped`` datagrams."""
 
@@ -41,8 +45,12 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         allowed: Callable[[str], bool],
         fetching: Callable[[], bool],
         tasks: TaskSet,
+        on_reply: Callable[[IcpMessage, Address], bool] | None = None,
+        origin_rtt: Callable[[str], float | None] = lambda host: None,
     ) -> None:
         self._store = store
+        self._on_reply = on_reply
+        self._origin_rtt = origin_rtt
         self._heuristics = heuristics
         self._allowed = allowed
         self._fetching = fetching
@@ -62,45 +70,61 @@ class IcpEndpoint(asyncio.DatagramProtocol):
             self.dropped += 1
             return
         if message.opcode is not Opcode.QUERY:
-            self.dropped += 1  # replies to queries we never sent (we send none yet)
+            if self._on_reply is None or not self._on_reply(message, addr):
+                self.dropped += 1  # a reply to no query of ours, or from elsewhere
             return
         if not self._allowed(addr[0]):
             self._send(message, addr, Opcode.DENIED)
             return
         try:
-            url = parse_absolute(message.url).url
+            target = parse_absolute(message.url)
         except RequestError:
             self._send(message, addr, Opcode.ERR)
             return
-        found = self._store.get_memory(url)
+        found = self._store.get_memory(target.url)
         if found is None and self._store.has_disk and self._pending < MAX_PENDING:
             self._pending += 1
-            self._tasks.spawn(self._answer_from_disk(message, addr, url), f"icp {url}")
+            self._tasks.spawn(self._answer_from_disk(message, addr, target), f"icp {target.url}")
             return
-        self._answer(message, addr, url, found)
+        self._answer(message, addr, target, found)
 
-    async def _answer_from_disk(self, message: IcpMessage, addr: Address, url: str) -> None:
+    async def _answer_from_disk(self, message: IcpMessage, addr: Address, target: Target) -> None:
         try:
-            found = await self._store.get(url)
+            found = await self._store.get(target.url)
             if isinstance(found, StoredObject) and not isinstance(found.body, bytes):
                 found.body.file.close()  # only the head is needed
-            self._answer(message, addr, url, found)
+            self._answer(message, addr, target, found)
         finally:
             self._pending -= 1
 
-    def _answer(self, message: IcpMessage, addr: Address, url: str, found: object) -> None:
+    def _answer(self, message: IcpMessage, addr: Address, target: Target, found: object) -> None:
         opcode = answer_opcode(
             found if isinstance(found, StoredObject) else None,
             fetching=self._fetching(),
             now=time.time(),
-            heuristic=self._heuristics.for_url(url),
+            heuristic=self._heuristics.for_url(target.url),
         )
-        self._send(message, addr, opcode)
+        rtt = None
+        if message.options & FLAG_SRC_RTT and opcode in (Opcode.HIT, Opcode.MISS):
+            seconds = self._origin_rtt(target.host)
+            if seconds is not None:  # (0 would read as "not measured": 1 ms at least)
+                rtt = (0, max(1, round(seconds * 1000)))
+        self._send(message, addr, opcode, rtt)
 
-    def _send(self, message: IcpMessage, addr: Address, opcode: Opcode) -> None:
+    def _send(
+        self,
+        message: IcpMessage,
+        addr: Address,
+        opcode: Opcode,
+        rtt: tuple[int, int] | None = None,
+    ) -> None:
         self.answered[opcode.name] = self.answered.get(opcode.name, 0) + 1
+        self.send(encode(reply(message, opcode, rtt=rtt)), addr)
+
+    def send(self, data: bytes, addr: Address) -> None:
+        """Send a datagram (an answer, or one of our queries) from the ICP port."""
         if self._transport is not None and not self._transport.is_closing():
-            self._transport.sendto(encode(reply(message, opcode)), addr)
+            self._transport.sendto(data, addr)
 
     def error_received(self, exc: Exception) -> None:
         # (An ICMP error for an earlier reply: the querier went away. Nothing to do.)

@@ -110,6 +110,9 @@ def encode(message: IcpMessage) -> bytes:
     length = HEADER.size + len(payload)
     if length > MAX_MESSAGE:
         raise ValueError(f"an ICP message is at most {MAX_MESSAGE} bytes, this is {length}")
+    words = (message.request_number, message.options, message.option_data)
+    if not all(0 <= w <= 0xFFFF_FFFF for w in words):
+        raise ValueError("request number, options and option data are 32-bit unsigned")
     header = HEADER.pack(
         message.opcode,
         VERSION,

@@ -15,6 +15,7 @@ from harvest_cache.hierarchy.icp import Opcode
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.freshness import Heuristic
 from harvest_cache.http.policy import Fresh, evaluate
+from harvest_cache.store.entry import StoredHead
 from harvest_cache.store.interface import StoredObject
 
 HIT_MIN_TTL = 30.0
@@ -28,8 +29,13 @@ def answer_opcode(
     nothing, or a Vary marker): HIT for an object fresh for at least ``HIT_MIN_TTL`` more
     seconds, else MISS, or MISS_NOFETCH when we would rather not fetch misses for others
     now (``fetching`` false: overloaded)."""
-    if found is not None:
-        reuse = evaluate(found.head, _NO_DIRECTIVES, now, heuristic)
-        if isinstance(reuse, Fresh) and reuse.reason == "fresh" and reuse.ttl >= HIT_MIN_TTL:
-            return Opcode.HIT
+    if found is not None and fresh_for(found.head, HIT_MIN_TTL, now, heuristic):
+        return Opcode.HIT
     return Opcode.MISS if fetching else Opcode.MISS_NOFETCH
+
+
+def fresh_for(head: StoredHead, seconds: float, now: float, heuristic: Heuristic) -> bool:
+    """Whether a stored response may be given to another cache without validation now and
+    for ``seconds`` more (what a peer is promised by a HIT or a digest entry)."""
+    reuse = evaluate(head, _NO_DIRECTIVES, now, heuristic)
+    return isinstance(reuse, Fresh) and reuse.reason == "fresh" and reuse.ttl >= seconds

@@ -50,10 +50,12 @@ class Result(StrEnum):
 
 
 class Hierarchy(StrEnum):
-    """Squid's hierarchy codes (``%Sh``): where the response came from."""
+    """Squid's hierarchy codes (``%Sh``): where the response came from. The peer routes
+    (``hierarchy.route``) name the rest, with a TIMEOUT_ prefix when the ICP wait ran out."""
 
     HIER_NONE = "HIER_NONE"
     HIER_DIRECT = "HIER_DIRECT"
+    NO_DIRECT_FAIL = "NO_DIRECT_FAIL"
 
 
 # Every printable ASCII character but the space stays as it is.
@@ -89,7 +91,7 @@ _TAIL = " %s %s %s %s/%s %s\n"
 def line_tail(
     method: str,
     url: str,
-    hierarchy: Hierarchy = Hierarchy.HIER_NONE,
+    hierarchy: str = Hierarchy.HIER_NONE,
     peer: str | None = None,
     user: str | None = None,
     content_type: str | None = None,
@@ -120,7 +122,7 @@ def format_line(
     size: int,
     method: str,
     url: str,
-    hierarchy: Hierarchy = Hierarchy.HIER_NONE,
+    hierarchy: str = Hierarchy.HIER_NONE,
     peer: str | None = None,
     user: str | None = None,
     content_type: str | None = None,

@@ -7,11 +7,15 @@ import logging
 import socket
 
 from harvest_cache.config import Config
+from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.endpoint import IcpEndpoint
+from harvest_cache.hierarchy.neighbours import Neighbours
+from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.server.accesslog import AccessLog
 from harvest_cache.server.acl import address_in
 from harvest_cache.server.connection import ClientConnection
-from harvest_cache.server.proxy import Proxy
+from harvest_cache.server.proxy import Proxy, heuristic_rules
+from harvest_cache.server.routing import Router, fetch_internal
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.store.interface import ObjectStore
 from harvest_cache.store.tiered import open_store
@@ -19,6 +23,12 @@ from harvest_cache.upstream.dns import Resolver
 from harvest_cache.upstream.pool import Pool
 
 log = logging.getLogger("harvest_cache")
+
+
+def _own_hosts(name: str, listen_host: str) -> frozenset[str]:
+    """The host names a request for one of our own pages may use."""
+    host = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    return frozenset({host.lower(), listen_host, "localhost", "127.0.0.1", socket.gethostname()})
 
 
 class CacheServer:
@@ -37,6 +47,10 @@ class CacheServer:
         self.access_log = access_log
         self.tasks = TaskSet()
         self.pool = Pool(resolver, config.upstream)
+        self.peer_pool = Pool(resolver, config.upstream)  # to peers, whose requests differ
+        self.neighbours: Neighbours | None = None
+        self.digests: Digests | None = None
+        self._digest_task: asyncio.Task[None] | None = None
         self.connections: set[ClientConnection] = set()
         self.name = config.server.name
         self.proxy: Proxy | None = None
@@ -69,28 +83,58 @@ class CacheServer:
         sockname = self._server.sockets[0].getsockname()
         self.address = (sockname[0], sockname[1])
         self.name = self.config.server.name or f"{socket.gethostname()}:{self.address[1]}"
+        hierarchy = self.config.hierarchy
+        if hierarchy.peers:
+            self.neighbours = Neighbours(hierarchy)
+        router = Router(self.name, self.pool, self.peer_pool, self.neighbours)
+        heuristics = heuristic_rules(self.config.cache)
+        if hierarchy.digests:
+            timeout = self.config.upstream.read_timeout
+
+            async def fetch(peer: Peer, path: str, limit: int) -> bytes:
+                return await fetch_internal(self.peer_pool, self.name, peer, path, limit, timeout)
+
+            self.digests = Digests(hierarchy, self.store, heuristics.for_url, fetch)
+        own = (_own_hosts(self.name, self.address[0]), self.address[1])
         self.proxy = Proxy(
-            self.config, self.name, self.store, self.pool, self.access_log, self.tasks
+            self.config,
+            self.name,
+            self.store,
+            self.pool,
+            self.access_log,
+            self.tasks,
+            router,
+            heuristics,
+            self.digests,
+            own,
         )
         log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
-        if self.config.icp.port:
+        if self.config.icp_port:
             await self._listen_icp()
+        if self.neighbours is not None:
+            await self.neighbours.start(self.resolver, self.icp, self.digests)
+            for peer in hierarchy.peers:
+                log.info("peer: %s", peer)
+        if self.digests is not None:
+            self._digest_task = self.tasks.spawn(self.digests.run(), "cache digests")
 
     async def _listen_icp(self) -> None:
         assert self.proxy is not None
-        icp, host = self.config.icp, self.config.server.listen.host
+        icp, host, port = self.config.icp, self.config.server.listen.host, self.config.icp_port
         endpoint = IcpEndpoint(
             self.store,
             self.proxy.heuristics,
             lambda ip: address_in(ip, icp.allow),
             lambda: len(self.connections) < self.config.server.max_connections,
             self.tasks,
+            self.neighbours.reply if self.neighbours is not None else None,
+            self.pool.rtt,
         )
         await asyncio.get_running_loop().create_datagram_endpoint(
-            lambda: endpoint, local_addr=(host, icp.port)
+            lambda: endpoint, local_addr=(host, port)
         )
         self.icp = endpoint
-        log.info("answering ICP on %s:%d", host, icp.port)
+        log.info("ICP on %s:%d", host, port)
 
     def _new_connection(self) -> asyncio.Protocol:
         assert self.proxy is not None
@@ -107,6 +151,10 @@ class CacheServer:
             self._server.close()
         if self.icp is not None:
             self.icp.close()
+        if self.neighbours is not None:
+            self.neighbours.close()
+        if self._digest_task is not None:
+            self._digest_task.cancel()
         for conn in list(self.connections):
             conn.close_when_idle()  # so no worker waits on for a next request
         if self.proxy is not None:
@@ -120,6 +168,7 @@ class CacheServer:
 
     async def _close_parts(self) -> None:
         self.pool.close()
+        self.peer_pool.close()
         await self.access_log.close()
         await self.resolver.close()
         await self.store.close()

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
+from harvest_cache.hierarchy.route import DIRECT, Hop
 from harvest_cache.http import forwarding
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.headers import Headers
@@ -31,13 +32,13 @@ from harvest_cache.http.validation import (
 from harvest_cache.http.vary import vary_key, vary_names
 from harvest_cache.server.flight import Flight, FlightHead, FlightReader
 from harvest_cache.server.request import Request
+from harvest_cache.server.routing import Router, request_target
 from harvest_cache.server.variants import VariantTags
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.fields import shared_fields
 from harvest_cache.store.interface import ObjectStore, ObjectWriter, StoredObject
-from harvest_cache.upstream.client import Exchange, OutgoingRequest, send
+from harvest_cache.upstream.client import Exchange, OutgoingRequest
 from harvest_cache.upstream.connection import Interim
-from harvest_cache.upstream.pool import Pool
 
 log = logging.getLogger("harvest_cache")
 
@@ -45,6 +46,8 @@ log = logging.getLogger("harvest_cache")
 _WINDOW = 8 << 20
 # Not storing a 5xx answer to a validation (the stored response is kept instead).
 _VALIDATION_FAILED = StoreDecision(False, "validation-failed")
+# Not storing what a proxy-only peer sends (it keeps the object; we need not).
+_PROXY_ONLY = StoreDecision(False, "proxy-only")
 
 
 # Stored variants of a URL as (variant key, ETag field value), from VariantTags.
@@ -115,9 +118,11 @@ class FetchRequests:
         stored: StoredHead | None,
         client_ip: str,
         alternatives: Alternatives = (),
+        hop: Hop = DIRECT,
     ) -> bytes:
         """``stored``: the response to validate; else ``alternatives``, stored variants whose
-        entity tags the request lists (RFC 9111 4.3.1)."""
+        entity tags the request lists (RFC 9111 4.3.1). ``hop``: where it goes (a peer gets
+        the absolute form; a sibling is asked for a hit alone)."""
         if stored is not None:
             validators = conditional_headers(stored)
         elif alternatives:
@@ -139,7 +144,10 @@ class FetchRequests:
             if len(self._fields) >= self._bound:
                 del self._fields[next(iter(self._fields))]
             self._fields[key] = fields
-        return b"GET %b HTTP/1.1\r\n%b\r\n" % (target.path.encode("latin-1"), fields)
+        line = request_target(target, hop).encode("latin-1")
+        if hop.only_if_cached:
+            fields += b"Cache-Control: only-if-cached\r\n"
+        return b"GET %b HTTP/1.1\r\n%b\r\n" % (line, fields)
 
 
 def head_to_store(
@@ -172,11 +180,13 @@ def head_to_store(
 
 
 class Sent(NamedTuple):
-    """A request already sent, with its response head in: the exchange and its times."""
+    """A request already sent, with its response head in: the exchange, its times and the
+    hop it went to."""
 
     exchange: Exchange
     request_time: float
     response_time: float
+    hop: Hop = DIRECT
 
 
 class Fetcher:
@@ -185,13 +195,13 @@ class Fetcher:
         config: Config,
         name: str,
         store: ObjectStore,
-        pool: Pool,
+        router: Router,
         spawn: Callable[..., asyncio.Task[Any]],
     ) -> None:
         self._config = config
         self._name = name
         self._store = store
-        self._pool = pool
+        self._router = router
         self._spawn = spawn
         self._flights: dict[str, Flight] = {}
         self.requests = FetchRequests(name, config)
@@ -316,16 +326,18 @@ class Fetcher:
         step that takes the body, and whether the body has already arrived whole (None:
         nothing more to do)."""
         if sent is None:
-            head = self.requests.head(req, target, stored, client_ip, alternatives)
-            out = OutgoingRequest("GET", target.host, target.port, head, interim=interim)
-            request_time = time.time()
-            exchange = await send(self._pool, out, self._config.upstream.read_timeout)
-            sent = Sent(exchange, request_time, time.time())
-        exchange, request_time, response_time = sent
+            route = await self._router.route(req, target)
+
+            def build(hop: Hop) -> OutgoingRequest:
+                head = self.requests.head(req, target, stored, client_ip, alternatives, hop)
+                return OutgoingRequest("GET", target.host, target.port, head, interim=interim)
+
+            timeout = self._config.upstream.read_timeout
+            exchange, hop, request_time = await self._router.send(route, build, timeout)
+            sent = Sent(exchange, request_time, time.time(), hop)
+        exchange = sent.exchange
         try:
-            storing = await self._receive_head(
-                flight, req, target, stored, exchange, request_time, response_time, alternatives
-            )
+            storing = await self._receive_head(flight, req, target, stored, sent, alternatives)
         except _Mismatch:
             exchange.release()
             raise
@@ -343,13 +355,12 @@ class Fetcher:
         req: Request,
         target: Target,
         stored: StoredHead | None,
-        exchange: Exchange,
-        request_time: float,
-        response_time: float,
+        sent: Sent,
         alternatives: Alternatives = (),
     ) -> tuple[ObjectWriter | None, StoredHead] | None:
         """Publish the head; returns the body's writer (None: not stored) and the head to
         store it under, or None when the exchange is over (a 304)."""
+        exchange, request_time, response_time, hop = sent
         head = exchange.head
         headers = forwarding.end_to_end(head.headers)
         forwarding.ensure_date(headers, response_time)
@@ -359,8 +370,11 @@ class Fetcher:
             fresh = freshen(stored, headers, request_time, response_time)
             await self._store.update_head(flight.key, fresh)
             await exchange.read()  # a 304 has no body; this just completes the exchange
+            peer = exchange.peer_ip
             flight.publish_head(
-                FlightHead(304, head.reason, headers, True, exchange.peer_ip, fresh.vary_key, fresh)
+                FlightHead(
+                    304, head.reason, headers, True, peer, fresh.vary_key, fresh, hop=hop.code
+                )
             )
             flight.finish()
             return None
@@ -374,7 +388,17 @@ class Fetcher:
             await exchange.read()
             peer = exchange.peer_ip
             flight.publish_head(
-                FlightHead(304, head.reason, headers, True, peer, fresh.vary_key, fresh, variant)
+                FlightHead(
+                    304,
+                    head.reason,
+                    headers,
+                    True,
+                    peer,
+                    fresh.vary_key,
+                    fresh,
+                    variant,
+                    hop=hop.code,
+                )
             )
             flight.finish()
             return None
@@ -382,6 +406,8 @@ class Fetcher:
             # The validation failed: the stored response stays, to be served stale where
             # allowed and validated again next time (RFC 9111 4.3.3).
             decision = _VALIDATION_FAILED
+        elif hop.peer is not None and hop.peer.proxy_only:
+            decision = _PROXY_ONLY
         else:
             decision = storable(
                 "GET",
@@ -404,7 +430,7 @@ class Fetcher:
                 tag = str(etag) if etag is not None else None
                 self.variant_tags.record(target.url, marker.generation, key, tag)
             writer = self._store.open_writer(key, content_length(headers))
-        elif stored is not None and decision is not _VALIDATION_FAILED:
+        elif stored is not None and decision not in (_VALIDATION_FAILED, _PROXY_ONLY):
             await self._store.delete(flight.key)
         flight.publish_head(
             FlightHead(
@@ -415,6 +441,7 @@ class Fetcher:
                 exchange.peer_ip,
                 selecting,
                 stored=writer is not None,
+                hop=hop.code,
             )
         )
         times = (request_time, response_time)

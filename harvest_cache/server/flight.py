@@ -43,6 +43,7 @@ class FlightHead:
     # variant that a 304 named for a request that matched none.
     refreshed_key: str = ""
     stored: bool = False  # being written to the store (shareable, and not too large)
+    hop: str = "HIER_DIRECT"  # the hierarchy code of where it came from, for the log
 
 
 class Flight:

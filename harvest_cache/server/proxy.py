@@ -11,11 +11,14 @@ import logging
 import time
 from secrets import token_hex
 
-from harvest_cache.config import Config
-from harvest_cache.errors import RequestError, UpstreamError
+from harvest_cache.config import CacheConfig, Config
+from harvest_cache.errors import NoRoute, RequestError, UpstreamError
+from harvest_cache.hierarchy.digests import CONTENT_TYPE, DIGEST_PATH, Digests
+from harvest_cache.hierarchy.route import Hop
 from harvest_cache.http import conditional, forwarding
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
+from harvest_cache.http.dates import format_http_date
 from harvest_cache.http.freshness import (
     Heuristic,
     HeuristicRules,
@@ -51,12 +54,13 @@ from harvest_cache.server.lean import LeanPath
 from harvest_cache.server.planned import start_planned
 from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
 from harvest_cache.server.request import Request
+from harvest_cache.server.routing import Router, request_target
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.server.tunnel import open_tunnel
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import FileBody, ObjectStore, StoredObject
-from harvest_cache.upstream.client import OutgoingRequest, send
+from harvest_cache.upstream.client import OutgoingRequest
 from harvest_cache.upstream.pool import Pool
 
 log = logging.getLogger("harvest_cache")
@@ -94,6 +98,15 @@ _REASONS = {
 }
 
 
+def heuristic_rules(cache: CacheConfig) -> HeuristicRules:
+    """The heuristic freshness rules of ``[cache]``: refresh patterns, then the default."""
+    rules = [
+        (p.regex, Heuristic(p.percent, p.max_seconds, p.min_seconds))
+        for p in cache.refresh_patterns
+    ]
+    return HeuristicRules(rules, Heuristic(cache.heuristic_percent, cache.heuristic_max_seconds))
+
+
 class Proxy:
     def __init__(
         self,
@@ -103,24 +116,25 @@ class Proxy:
         pool: Pool,
         access_log: AccessLog,
         tasks: TaskSet,
+        router: Router,
+        heuristics: HeuristicRules,
+        digests: Digests | None = None,
+        own: tuple[frozenset[str], int] = (frozenset(), 0),
     ) -> None:
+        """``digests``: the cache digests, ours served at DIGEST_PATH to requests for one of
+        the ``own`` host names and port (or in origin form)."""
         self._config = config
         self.name = name
         self._store = store
         self._pool = pool
         self._log = access_log
         self._access = Access(config.access)
-        cache = config.cache
-        rules = [
-            (p.regex, Heuristic(p.percent, p.max_seconds, p.min_seconds))
-            for p in cache.refresh_patterns
-        ]
-        self.heuristics = HeuristicRules(
-            rules,
-            Heuristic(cache.heuristic_percent, cache.heuristic_max_seconds),
-        )
+        self.heuristics = heuristics
         self._tasks = tasks
-        self._fetcher = Fetcher(config, name, store, pool, tasks.spawn)
+        self._router = router
+        self._digests = digests
+        self._own_hosts, self._own_port = own
+        self._fetcher = Fetcher(config, name, store, router, tasks.spawn)
         self._refreshing: set[str] = set()  # keys revalidated in the background
         self._hot = HotIndex(store, name, config.server.cache_status_key)
         self.lean = LeanPath(
@@ -170,6 +184,8 @@ class Proxy:
     def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
         if req.method != "GET" or not self._access.client_allowed(conn.client_ip):
             return False
+        if not self._router.direct_only:
+            return False  # each miss is routed through the hierarchy first
         try:
             target = parse_absolute(req.target)
         except RequestError:
@@ -194,15 +210,21 @@ class Proxy:
             if req.method == "CONNECT":
                 await self._connect(req, conn, tx)
                 return
+            if self._digests is not None and self._for_own_digest(req):
+                await self._serve_digest(self._digests, tx, reply)
+                return
             target = parse_absolute(req.target)
             tx.url = target.url
             if not self._access.port_allowed(target.port):
                 tx.result = "TCP_DENIED"
                 raise RequestError(403, f"port {target.port} is not allowed")
-            if forwarding.is_loop(req.headers, self.name):
+            if self._router.direct_only and forwarding.is_loop(req.headers, self.name):
+                # (Among peers, the route goes direct instead: that ends the loop.)
                 raise RequestError(403, "forwarding loop detected (our name is in Via)")
             if await self._answer_max_forwards(req, conn, tx, reply):
                 return
+            if self._router.from_sibling(req):
+                req.headers.add("Cache-Control", "only-if-cached")  # hits alone for siblings
             if req.method in ("GET", "HEAD"):
                 await self._cached(req, target, conn, tx, reply)
             else:
@@ -211,7 +233,8 @@ class Proxy:
             status = cache_status(self.name, hit=False, detail=_DETAILS.get(e.status, "refused"))
             await self._fail(conn, req, tx, reply, e.status, e.reason, status, close=e.close)
         except UpstreamError as e:
-            tx.hierarchy = Hierarchy.HIER_DIRECT
+            noroute = isinstance(e, NoRoute)
+            tx.hierarchy = Hierarchy.NO_DIRECT_FAIL if noroute else Hierarchy.HIER_DIRECT
             status = cache_status(self.name, hit=False, fwd="miss", detail=e.kind)
             await self._fail(conn, req, tx, reply, e.status, e.cause, status, close=False)
         except ClientGone:
@@ -281,6 +304,33 @@ class Proxy:
             await reply.send_text(200, "OK", text, headers)
         tx.result = "TCP_MISS"
         return True
+
+    # -- our cache digest ----------------------------------------------------------------------
+
+    def _for_own_digest(self, req: Request) -> bool:
+        if req.method not in ("GET", "HEAD") or not req.target.endswith(DIGEST_PATH):
+            return False
+        if req.target == DIGEST_PATH:
+            return True
+        try:
+            target = parse_absolute(req.target)
+        except RequestError:
+            return False
+        own = target.port == self._own_port and target.host.lower() in self._own_hosts
+        return own and target.path == DIGEST_PATH
+
+    async def _serve_digest(self, digests: Digests, tx: Transaction, reply: Reply) -> None:
+        tx.result = "TCP_MISS"  # (Squid logs its own digest so too)
+        body = digests.own
+        if body is None:
+            raise RequestError(503, "the cache digest is being built", close=False)
+        headers = Headers([("Content-Type", CONTENT_TYPE)])
+        headers.add("Date", format_http_date(time.time()))
+        headers.add("Last-Modified", format_http_date(digests.own_built))
+        headers.add("Cache-Control", f"max-age={int(self._config.hierarchy.digest_rebuild_period)}")
+        reply.start(200, "OK", headers, len(body))
+        await reply.write(body)
+        await reply.end()
 
     # -- CONNECT -------------------------------------------------------------------------------
 
@@ -428,7 +478,7 @@ class Proxy:
                 reader.close()
                 await self._forward(req, target, conn, tx, reply, "TCP_MISS")
                 return
-            tx.hierarchy = Hierarchy.HIER_DIRECT
+            tx.hierarchy = head.hop
             tx.peer = head.peer_ip
             if head.refreshed is not None:
                 reader.close()
@@ -595,7 +645,6 @@ class Proxy:
         freshens or invalidates (RFC 9111 4.3.5). ``fwd``: why it went forward, for
         Cache-Status (by default ``method``, or ``uri-miss`` for GET and HEAD)."""
         tx.result = result
-        tx.hierarchy = Hierarchy.HIER_DIRECT
         sent_continue = False
         expect = (req.headers.get("Expect") or "").lower()
         # (An HTTP/1.0 request's expectation is ignored, and it gets no 1xx: RFC 9110 10.1.1.)
@@ -603,17 +652,29 @@ class Proxy:
             conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             sent_continue = True
         headers = upstream_headers(req, target, conn.client_ip, self.name, self._config)
-        out = OutgoingRequest(
-            req.method,
-            target.host,
-            target.port,
-            forwarding.request_head(req.method, target.path, headers),
-            body=aiter(req.body) if req.body is not None else None,
-            chunked=req.chunked,
-            interim=interim_relay(conn, req.version, self.lean.via, sent_continue=sent_continue),
+        relay = interim_relay(conn, req.version, self.lean.via, sent_continue=sent_continue)
+
+        def build(hop: Hop) -> OutgoingRequest:
+            fields = headers
+            if hop.only_if_cached:
+                fields = headers.copy()
+                fields.add("Cache-Control", "only-if-cached")
+            return OutgoingRequest(
+                req.method,
+                target.host,
+                target.port,
+                forwarding.request_head(req.method, request_target(target, hop), fields),
+                body=aiter(req.body) if req.body is not None else None,
+                chunked=req.chunked,
+                interim=relay,
+            )
+
+        route = await self._router.route(req, target)
+        timeout = self._config.upstream.read_timeout
+        exchange, hop, request_time = await self._router.send(
+            route, build, timeout, retry=req.body is None
         )
-        request_time = time.time()
-        exchange = await send(self._pool, out, self._config.upstream.read_timeout)
+        tx.hierarchy = hop.code
         tx.peer = exchange.peer_ip
         try:
             head = exchange.head

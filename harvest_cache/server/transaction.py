@@ -20,7 +20,7 @@ class Transaction:
     result: str = "NONE"
     status: int = 0
     bytes_sent: int = 0
-    hierarchy: Hierarchy = Hierarchy.HIER_NONE
+    hierarchy: str = Hierarchy.HIER_NONE
     peer: str = "-"
     content_type: str = "-"
     aborted: bool = False

@@ -309,6 +309,23 @@ class DiskTier:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def heads(self) -> list[StoredHead]:
+        """The heads of all stored objects (unreadable records are left out)."""
+        out = []
+        try:
+            for name in self._cache.iterkeys():
+                if not (isinstance(name, str) and name.startswith("h:")):
+                    continue
+                try:
+                    record = self._record(name[2:])
+                except CorruptRecord:
+                    continue
+                if isinstance(record, ObjectRecord):
+                    out.append(record.head)
+        except STORAGE_ERRORS as e:
+            raise DiskError(f"cannot list the stored objects: {e}") from e
+        return out
+
     def _record(self, key: str) -> ObjectRecord | VaryMarker | None:
         raw = self._cache.get(_head_key(key))
         return None if raw is None else decode(raw)

@@ -75,5 +75,8 @@ class ObjectStore(Protocol):
 
     async def delete(self, key: str) -> None: ...
 
+    async def heads(self) -> list[StoredHead]:
+        """The heads of the objects stored, one per URL (for the cache digest)."""
+
     async def close(self) -> None:
         """Flush and close; the disk tier survives for the next start."""

@@ -92,6 +92,10 @@ class MemoryTier:
             self.size -= entry_size(evicted)
             self.evictions += 1
 
+    def heads(self) -> list[StoredHead]:
+        """The heads of the objects held (not Vary markers)."""
+        return [f.head for f in self._entries.values() if isinstance(f, StoredObject)]
+
     def bypass(self, key: str) -> None:
         """A new version of ``key`` is too big for the tier: drop the old one and count it."""
         self.bypasses += 1

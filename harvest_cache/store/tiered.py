@@ -168,6 +168,17 @@ class TieredStore:
 
     # -- beyond the interface --------------------------------------------------------------------
 
+    async def heads(self) -> list[StoredHead]:
+        """The heads of the objects in either tier (what a cache digest is made of)."""
+        heads = {h.url: h for h in self.memory.heads()}
+        if self._disk is not None:
+            try:
+                for head in await self._run(self._disk.heads):
+                    heads.setdefault(head.url, head)
+            except DiskError as e:
+                log.warning("listing the disk tier failed: %s", e)
+        return list(heads.values())
+
     async def disk_usage(self) -> int:
         """Bytes the disk tier occupies (0 without one), as its size bound counts them."""
         return 0 if self._disk is None else await self._run(self._disk.volume)

@@ -14,6 +14,8 @@ from harvest_cache.errors import ConnectRefused, ConnectTimeout, UpstreamError
 from harvest_cache.upstream.connection import UpstreamConnection
 
 _SWEEP_EVERY = 5.0
+# Hosts whose connect times are remembered (the oldest entry goes first).
+_RTT_HOSTS = 4096
 P = TypeVar("P", bound=asyncio.BaseProtocol)
 
 
@@ -31,6 +33,9 @@ class Pool:
         self._last_sweep = 0.0
         self.opened = 0
         self.reused = 0
+        # Smoothed TCP connect time per host, seconds: the RTT to it that ICP replies
+        # report (SRC_RTT) to caches choosing the closest parent.
+        self._rtt: dict[str, float] = {}
 
     def take_idle(self, host: str, port: int) -> UpstreamConnection | None:
         stack = self._idle.get((host, port))
@@ -91,8 +96,10 @@ class Pool:
         failure: UpstreamError | None = None
         for ip in addresses:
             try:
+                started = loop.time()
                 async with asyncio.timeout(self._config.connect_timeout):
                     _, protocol = await loop.create_connection(partial(factory, ip), ip, port)
+                self._measured(host, loop.time() - started)
             except TimeoutError:
                 failure = ConnectTimeout(
                     f"no connection to {host}:{port} within {self._config.connect_timeout:g} s"
@@ -105,6 +112,16 @@ class Pool:
             else:
                 return protocol
         raise failure or ConnectRefused(f"{host} has no address")
+
+    def _measured(self, host: str, rtt: float) -> None:
+        old = self._rtt.pop(host, None)
+        self._rtt[host] = rtt if old is None else old + (rtt - old) / 4
+        if len(self._rtt) > _RTT_HOSTS:
+            del self._rtt[next(iter(self._rtt))]
+
+    def rtt(self, host: str) -> float | None:
+        """The smoothed time to connect to ``host`` (seconds), if it was ever measured."""
+        return self._rtt.get(host)
 
     def close(self) -> None:
         for stack in self._idle.values():

@@ -1,0 +1,169 @@
+"""The driver of peer selection: ICP queries out, replies in, one route per request.
+
+It owns each peer's health and the queries in flight. Queries leave from the cache's ICP
+socket (the one that answers other caches), so peers reply to the port they know us by;
+replies are matched to their round by request number, and taken only from the address of
+the peer they were sent to: a reply from anywhere else is ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from harvest_cache.config import HierarchyConfig
+from harvest_cache.errors import UpstreamError
+from harvest_cache.hierarchy.digests import Digests
+from harvest_cache.hierarchy.health import PeerHealth
+from harvest_cache.hierarchy.icp import IcpMessage, Opcode, encode, query
+from harvest_cache.hierarchy.peers import Peer
+from harvest_cache.hierarchy.route import Facts, Hop, Policy, Route, Selection
+from harvest_cache.upstream.pool import Resolver
+
+log = logging.getLogger("harvest_cache")
+
+Address = tuple[str, int]
+
+
+class Sender(Protocol):
+    """Where queries go out: the ICP endpoint."""
+
+    def send(self, data: bytes, addr: Address) -> None: ...
+
+
+@dataclass(slots=True)
+class _Round:
+    selection: Selection
+    sent_at: float
+    addresses: dict[Address, Peer]
+    done: asyncio.Future[Route]
+    timer: asyncio.TimerHandle | None = None
+    replied: set[str] = field(default_factory=set)
+
+
+class Neighbours:
+    """Routes requests through the configured peers. ``start`` resolves their addresses;
+    ``route`` chooses; ``reply`` takes the ICP replies the endpoint receives."""
+
+    def __init__(self, config: HierarchyConfig) -> None:
+        self.peers = config.peers
+        self.sibling_names = frozenset(p.name for p in config.peers if not p.parent)
+        self.policy = Policy(
+            config.peers,
+            config.always_direct,
+            config.never_direct,
+            config.icp_timeout_min,
+            config.icp_timeout_max,
+        )
+        self.health = {
+            p.name: PeerHealth(config.dead_peer_timeout, config.peer_retry) for p in config.peers
+        }
+        self._sender: Sender | None = None
+        self.digests: Digests | None = None
+        self._icp_addresses: dict[str, Address] = {}
+        self._rounds: dict[int, _Round] = {}
+        self._numbers = itertools.count(1)
+        self._loop = asyncio.get_running_loop()
+        self.unexpected_replies = 0
+
+    async def start(
+        self, resolver: Resolver, sender: Sender | None, digests: Digests | None
+    ) -> None:
+        """Resolve the queried peers' ICP addresses (a reply must come from one of them)."""
+        self._sender = sender
+        self.digests = digests
+        for peer in self.peers:
+            if not peer.queried:
+                continue
+            try:
+                ip = (await resolver.resolve(peer.host))[0]
+            except (UpstreamError, IndexError):
+                log.warning("peer %s: cannot resolve %s; not queried", peer.name, peer.host)
+                self.health[peer.name].connect_failed(self._loop.time())
+                continue
+            self._icp_addresses[peer.name] = (ip, peer.icp_port)
+
+    async def route(self, facts: Facts) -> Route:
+        """The hops for a request, after an ICP round if one is called for."""
+        now = self._loop.time()
+        held = self.digests.lookup(facts.url) if self.digests is not None else None
+        selection = Selection(facts, self.policy, self.health, now, held)
+        addresses = {
+            self._icp_addresses[p.name]: p
+            for p in selection.queries
+            if p.name in self._icp_addresses
+        }
+        if self._sender is not None and addresses:
+            done = self._query(selection, facts.url, addresses, now)
+            if selection.route is None:
+                return await done
+        # Decided already (the queries, if any, only probe dead peers), or no one to ask.
+        return selection.route if selection.route is not None else selection.expire(now)
+
+    def _query(
+        self, selection: Selection, url: str, addresses: dict[Address, Peer], now: float
+    ) -> asyncio.Future[Route]:
+        """Send the round's queries; the future is set when the route is decided."""
+        assert self._sender is not None
+        number = next(self._numbers) & 0xFFFF_FFFF or next(self._numbers)
+        datagram = encode(query(number, url, src_rtt=True))
+        for addr, peer in addresses.items():
+            self._sender.send(datagram, addr)
+            self.health[peer.name].queried(now)
+        done: asyncio.Future[Route] = self._loop.create_future()
+        entry = _Round(selection, now, addresses, done)
+        self._rounds[number] = entry
+        # The round outlives its decision until the deadline, so that late replies still
+        # count as signs of life.
+        entry.timer = self._loop.call_at(selection.deadline, self._expire, number)
+        return done
+
+    def reply(self, message: IcpMessage, addr: Address) -> bool:
+        """Take a reply to one of our queries; False if it is none (not from the peer asked,
+        or for no round of ours), for the endpoint to count as dropped."""
+        entry = self._rounds.get(message.request_number)
+        peer = entry.addresses.get(addr) if entry is not None else None
+        if entry is None or peer is None or peer.name in entry.replied:
+            self.unexpected_replies += 1  # (a duplicate must not count as a second answer)
+            return False
+        entry.replied.add(peer.name)
+        now = self._loop.time()
+        hit = message.opcode in (Opcode.HIT, Opcode.HIT_OBJ)
+        self.health[peer.name].replied(now - entry.sent_at, hit)
+        src_rtt = message.src_rtt
+        route = entry.selection.reply(peer, message.opcode, src_rtt[1] if src_rtt else None, now)
+        if route is not None and not entry.done.done():
+            entry.done.set_result(route)
+        return True
+
+    def _expire(self, number: int) -> None:
+        entry = self._rounds.pop(number, None)
+        if entry is None:
+            return
+        for peer in entry.selection.unanswered:
+            self.health[peer.name].timed_out()
+        if not entry.done.done():
+            entry.done.set_result(entry.selection.expire(self._loop.time()))
+
+    def used(self, hop: Hop) -> None:
+        if hop.peer is not None:
+            self.health[hop.peer.name].used()
+
+    def digest_answered(self, peer: Peer, hit: bool) -> None:
+        """A request sent to ``peer`` on its digest's word was answered: from its cache
+        (``hit``), or not (a false hit of the digest)."""
+        self.health[peer.name].digest_answered(hit)
+
+    def connect_failed(self, peer: Peer) -> None:
+        self.health[peer.name].connect_failed(self._loop.time())
+
+    def close(self) -> None:
+        for entry in self._rounds.values():
+            if entry.timer is not None:
+                entry.timer.cancel()
+            if not entry.done.done():
+                entry.done.set_result(entry.selection.expire(self._loop.time()))
+        self._rounds.clear()
