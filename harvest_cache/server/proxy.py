@@ -420,7 +420,10 @@ class Proxy:
             _close_body(found)
             tx.result = "TCP_MISS"
             raise RequestError(504, "only-if-cached: the object is not in the cache", close=False)
-        if req.method == "HEAD" or req.body is not None or _uncollapsible(req.headers):
+        # A request that came round through our peers must not join our own fetch of the
+        # URL: that fetch waits on the very peer that sent it back.
+        looped = not self._router.direct_only and forwarding.is_loop(req.headers, self.name)
+        if req.method == "HEAD" or req.body is not None or looped or _uncollapsible(req.headers):
             _close_body(found)
             result = "TCP_CLIENT_REFRESH_MISS" if cc.no_cache else "TCP_MISS"
             described = (key, found.head) if req.method == "HEAD" and found is not None else None

@@ -113,9 +113,9 @@ class Router:
             if self.neighbours is not None:
                 self.neighbours.used(hop)
             return exchange, hop, request_time
-        if failure is not None:
-            raise failure
-        raise NoRoute("never_direct forbids fetching from the origin and no parent is up")
+        # (A route with the origin on it never gets here: that hop answers or raises.)
+        cause = f": {failure.cause}" if failure is not None else ""
+        raise NoRoute(f"never_direct forbids going to the origin, and no parent answered{cause}")
 
 
 async def fetch_internal(
