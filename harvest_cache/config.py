@@ -417,6 +417,12 @@ class IcpConfig:
         " denies everyone.",
         networks,
     )
+    fetch_misses: bool = setting(
+        True,
+        "Whether peers may send us their misses: false answers MISS_NOFETCH instead of MISS"
+        " (as at the connection limit), so that they fetch those elsewhere.",
+        boolean,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,7 +125,7 @@ class CacheServer:
             self.store,
             self.proxy.heuristics,
             lambda ip: address_in(ip, icp.allow),
-            lambda: len(self.connections) < self.config.server.max_connections,
+            lambda: icp.fetch_misses and len(self.connections) < self.config.server.max_connections,
             self.tasks,
             self.neighbours.reply if self.neighbours is not None else None,
             self.pool.rtt,

@@ -151,13 +151,39 @@ async def test_rfc2186_a_vary_url_is_a_miss(
     assert answer.opcode is Opcode.MISS
 
 
-async def test_rfc2186_3_no_rtt_is_claimed_when_asked_for_one(
+async def test_rfc2186_3_no_rtt_is_claimed_for_a_host_never_reached(
     make_cache: MakeCache, peer: Querier
 ) -> None:
-    """Harvest measures no origin RTTs yet: the reply leaves SRC_RTT clear, as allowed."""
+    """No connection was ever made to the host: the reply leaves SRC_RTT clear, as allowed."""
     cache = await icp_cache(make_cache)
     answer = await peer.answer(icp_port(cache), query(7, "http://127.0.0.1:9/", src_rtt=True))
     assert (answer.options, answer.src_rtt) == (0, None)
+
+
+async def test_rfc2186_3_the_measured_rtt_to_the_host_is_given_when_asked(
+    origin: Origin, make_cache: MakeCache, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache)
+    origin.route("/a", static(b"a", {"Cache-Control": "no-store"}))
+    async with proxy_client(cache) as client:
+        response, _ = await client.get(origin.url("/a"))
+    assert response.status == 200
+    asked = await peer.answer(icp_port(cache), query(8, origin.url("/b"), src_rtt=True))
+    assert asked.opcode is Opcode.MISS
+    assert asked.src_rtt is not None
+    hops, ms = asked.src_rtt
+    assert hops == 0  # (no hop count is measured)
+    assert 1 <= ms < 1000  # a loopback connect: at least the 1 ms floor, far under a second
+    plain = await peer.answer(icp_port(cache), query(9, origin.url("/b")))
+    assert (plain.options, plain.src_rtt) == (0, None)  # only given when asked for
+
+
+async def test_a_cache_configured_to_take_no_misses_answers_miss_nofetch(
+    make_cache: MakeCache, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache, icp={"fetch_misses": False})
+    answer = await peer.answer(icp_port(cache), query(10, "http://127.0.0.1:9/nothing"))
+    assert answer.opcode is Opcode.MISS_NOFETCH
 
 
 @pytest.mark.parametrize(
