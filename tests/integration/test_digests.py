@@ -70,39 +70,45 @@ async def test_our_digest_is_served_where_squid_serves_its_own(
         assert digest.count == 1
 
 
-async def test_a_parents_digest_hit_goes_there_without_icp(
-    origin: Origin, make_cache: MakeCache, tmp_path: Path
-) -> None:
-    origin.route("/obj", static(b"o" * 50, {"Cache-Control": "max-age=3600"}))
-    url = origin.url("/obj")
-    parent = await make_cache(
-        hierarchy=FAST, server={"name": "parent"}, **own_files(tmp_path, "parent")
-    )
-    assert (await get(parent, url)) == (200, b"o" * 50)
-    assert parent.digests is not None
-    parent_digests = parent.digests
-    await wait_until(lambda: parent_digests.own_entries == 1, within=5)
+async def child_seeing(
+    make_cache: MakeCache, tmp_path: Path, url: str, role: str
+) -> tuple[CacheServer, CacheServer]:
+    """A peer cache ("up") holding ``url``, and a child whose copy of its digest lists it."""
+    up = await make_cache(hierarchy=FAST, server={"name": "up"}, **own_files(tmp_path, "up"))
+    assert (await get(up, url))[0] == 200
+    assert up.digests is not None
+    up_digests = up.digests
+    await wait_until(lambda: up_digests.own_entries == 1, within=5)
     child = await make_cache(
-        hierarchy={**FAST, "peers": [peer_of(parent, "parent", "parent")]},
+        hierarchy={**FAST, "peers": [peer_of(up, role, "up")]},
         server={"name": "child"},
         **own_files(tmp_path, "child"),
     )
     assert child.digests is not None
     assert child.neighbours is not None
-    digests, neighbours = child.digests, child.neighbours
-    peer = neighbours.peers[0]
+    digests, peer = child.digests, child.neighbours.peers[0]
 
     def listed() -> bool:
         held = digests.held(peer)
         return held is not None and key(url) in held
 
     await wait_until(listed, within=5)
+    return up, child
+
+
+async def test_a_parents_digest_hit_goes_there_without_icp(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    origin.route("/obj", static(b"o" * 50, {"Cache-Control": "max-age=3600"}))
+    url = origin.url("/obj")
+    _, child = await child_seeing(make_cache, tmp_path, url, "parent")
     assert (await get(child, url)) == (200, b"o" * 50)
     assert origin.hits["/obj"] == 1  # the parent's own fetch only
+    assert child.neighbours is not None
+    health = child.neighbours.health["up"]
     lines = [line for line in await stop_and_read_log(child) if line.url == url]
     assert [(line.hierarchy, line.peer) for line in lines] == [("CD_PARENT_HIT", "127.0.0.1")]
-    assert neighbours.health["parent"].digest_hits == 1
-    assert neighbours.health["parent"].digest_false_hits == 0
+    assert (health.digest_hits, health.digest_false_hits) == (1, 0)
 
 
 async def test_a_false_digest_hit_at_a_sibling_falls_back_unnoticed(
@@ -110,30 +116,12 @@ async def test_a_false_digest_hit_at_a_sibling_falls_back_unnoticed(
 ) -> None:
     origin.route("/gone", static(b"g" * 20, {"Cache-Control": "max-age=3600"}))
     url = origin.url("/gone")
-    sibling = await make_cache(hierarchy=FAST, server={"name": "sib"}, **own_files(tmp_path, "sib"))
-    assert (await get(sibling, url))[0] == 200
-    assert sibling.digests is not None
-    sibling_digests = sibling.digests
-    await wait_until(lambda: sibling_digests.own_entries == 1, within=5)
-    child = await make_cache(
-        hierarchy={**FAST, "peers": [peer_of(sibling, "sibling", "sib")]},
-        server={"name": "child"},
-        **own_files(tmp_path, "child"),
-    )
-    assert child.digests is not None
-    assert child.neighbours is not None
-    digests, neighbours = child.digests, child.neighbours
-    peer = neighbours.peers[0]
-
-    def listed() -> bool:
-        held = digests.held(peer)
-        return held is not None and key(url) in held
-
-    await wait_until(listed, within=5)
+    sibling, child = await child_seeing(make_cache, tmp_path, url, "sibling")
     await sibling.store.delete(url)  # gone since its digest was built
     assert (await get(child, url)) == (200, b"g" * 20)
     assert origin.hits["/gone"] == 2  # the sibling's fetch, then the child's own
-    assert neighbours.health["sib"].digest_false_hits == 1
+    assert child.neighbours is not None
+    assert child.neighbours.health["up"].digest_false_hits == 1
     lines = [line for line in await stop_and_read_log(child) if line.url == url]
     assert [(line.hierarchy, line.peer) for line in lines] == [("HIER_DIRECT", "127.0.0.1")]
     # The sibling was asked for a hit only, and fetched nothing for us.
