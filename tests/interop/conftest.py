@@ -159,8 +159,8 @@ def stop_squid(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def running_squid(extra_conf: str = "") -> Iterator[Squid]:
-    """Start a fresh Squid on a free port, configured by SQUID_CONF plus ``extra_conf``;
-    stop it (and remove its files) afterwards."""
+    """Start a fresh Squid on a free port, configured by SQUID_CONF plus ``extra_conf`` (where
+    ``$SQUID_DIR`` names its working directory); stop it (and remove its files) afterwards."""
     squid = find_squid()
     if squid is None:
         pytest.fail(
@@ -183,11 +183,19 @@ def running_squid(extra_conf: str = "") -> Iterator[Squid]:
             effective_user = "cache_effective_user proxy\n"
         port = free_port()
         conf = workdir / "squid.conf"
+        extra_conf = extra_conf.replace("$SQUID_DIR", str(workdir))  # (Squid's user owns it)
         conf.write_text(
             SQUID_CONF.format(
                 host=HOST, port=port, dir=workdir, effective_user=effective_user, extra=extra_conf
             )
         )
+        if "cache_dir" in extra_conf:
+            # A disk cache needs its directories made first (squid -z), as a service's would.
+            made = subprocess.run(
+                [squid, "-N", "-z", "-f", str(conf)], capture_output=True, timeout=60, check=False
+            )
+            if made.returncode != 0:
+                pytest.fail(f"squid -z failed:\n{made.stdout.decode()}{made.stderr.decode()}")
         with (workdir / "stderr.log").open("wb") as out:
             proc = subprocess.Popen(
                 [squid, "-N", "-f", str(conf)],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harvest_cache.hierarchy.digest import key
 from tests.interop.conftest import running_squid, send
 from tests.support import MakeCache, Origin, static, stop_and_read_log, wait_until
 
@@ -59,3 +60,59 @@ async def test_squid_routes_by_harvests_digest(origin: Origin, make_cache: MakeC
     ours = [line for line in await stop_and_read_log(cache) if line.url.endswith(DIGEST)]
     assert [line.status for line in ours] == [200]
     assert origin.hits["/held"] == 1  # ours; Squid's request was a hit here
+
+
+async def test_harvest_routes_by_squids_digest(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    """The other way round: Squid builds its digest (rebuilt every second here), harvest-cache
+    fetches it and sends a request for an object Squid holds there without asking
+    (CD_PARENT_HIT). Squid keeps its digest under its own name (visible_hostname, here
+    localhost), so the peer is named so, and makes one only with a disk cache (its capacity
+    comes from it)."""
+    origin.route("/in-squid", static(b"squid body", {"Cache-Control": "max-age=3600"}))
+    url = origin.url("/in-squid")
+    conf = (
+        "cache_dir ufs $SQUID_DIR/disk 16 4 16\n"
+        "digest_generation on\n"
+        "digest_rebuild_period 1 second\n"
+        "digest_rewrite_period 1 second\n"
+    )
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n")
+    with running_squid(conf) as squid:
+        assert (await send(squid.port, "GET", url)).body == b"squid body"
+        cache = await make_cache(
+            hierarchy={
+                "digest_fetch_period": 1.0,
+                "peers": [
+                    {
+                        "name": "squid",
+                        "host": "localhost",
+                        "http_port": squid.port,
+                        "icp_port": 0,
+                        "role": "parent",
+                    }
+                ],
+            },
+            log={"access_log": str(tmp_path / "harvest.log")},
+            dns={"hosts_file": str(hosts)},
+            cache={"dir": str(tmp_path / "harvest-cache")},
+        )
+        assert cache.digests is not None
+        assert cache.neighbours is not None
+        digests, peer = cache.digests, cache.neighbours.peers[0]
+
+        def listed() -> bool:
+            held = digests.held(peer)
+            return held is not None and key(url) in held
+
+        await wait_until(listed, within=15)
+        assert (await send(cache.address[1], "GET", url)).body == b"squid body"
+        lines = squid.access_lines()
+    ours = [line for line in await stop_and_read_log(cache) if line.url == url]
+    assert [(line.hierarchy, line.peer) for line in ours] == [("CD_PARENT_HIT", "127.0.0.1")]
+    assert ("TCP_MEM_HIT/200" in {r for r, _ in logged(lines, url)}) or (
+        "TCP_HIT/200" in {r for r, _ in logged(lines, url)}
+    )
+    assert origin.hits["/in-squid"] == 1
