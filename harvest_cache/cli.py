@@ -28,6 +28,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", type=Path, help="TOML configuration file")
     p.add_argument("--listen", metavar="HOST:PORT", help="listen address (default 127.0.0.1:3128)")
+    p.add_argument(
+        "--admin-listen",
+        metavar="HOST:PORT",
+        help="admin listener for /metrics and the cache manager (default 127.0.0.1:3129; none)",
+    )
     p.add_argument("--cache-dir", metavar="DIR", help="disk tier directory (default ./var/cache)")
     p.add_argument("--memory-mb", type=int, metavar="N", help="memory tier size in MiB")
     p.add_argument("--disk-mb", type=int, metavar="N", help="disk tier size in MiB")
@@ -71,6 +76,7 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         ("memory_mb", "cache", "memory_mb"),
         ("disk_mb", "cache", "disk_mb"),
         ("icp_port", "icp", "port"),
+        ("admin_listen", "admin", "listen"),
     ):
         value = getattr(args, flag)
         if value is not None:

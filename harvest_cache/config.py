@@ -390,6 +390,27 @@ class DNSConfig:
     timeout: float = setting(5.0, "Seconds one lookup may take.", number(0.01, 120))
 
 
+def optional_address(v: Any) -> Address | None:
+    """``HOST:PORT``, or ``"none"`` for no listener."""
+    return None if v == "none" else address(v)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    listen: Address | None = setting(
+        Address("127.0.0.1", 3129),
+        "Address of the admin listener: Prometheus metrics at /metrics and the cache manager"
+        " at /cachemgr; `none` for none. Anyone who can connect may read them.",
+        optional_address,
+    )
+    token: str = setting(
+        "",
+        "Secret that admin actions (purge, reload, dropping a peer) must present as"
+        " `Authorization: Bearer TOKEN`; empty turns the actions off.",
+        text,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     access_log: Path | None = setting(
@@ -499,6 +520,7 @@ class Config:
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     dns: DNSConfig = field(default_factory=DNSConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
     icp: IcpConfig = field(default_factory=IcpConfig)
     hierarchy: HierarchyConfig = field(default_factory=HierarchyConfig)
 

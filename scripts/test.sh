@@ -5,12 +5,15 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
-# Real servers some tests run against (Debian's packages): Squid, for the comparison of
-# caching behaviour and, later, ICP peering.
+# Real servers and tools some tests run (Debian's packages): Squid, to compare caching
+# behaviour and to peer with over ICP; promtool (in the prometheus package), to check metrics.
 if ! command -v squid >/dev/null && [ -x /usr/sbin/squid ]; then export PATH="$PATH:/usr/sbin"; fi
-if ! command -v squid >/dev/null; then
+MISSING=""
+command -v squid >/dev/null || MISSING="$MISSING squid"
+command -v promtool >/dev/null || MISSING="$MISSING prometheus"
+if [ -n "$MISSING" ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-    # The package would start its own Squid service; the tests start theirs.
+    # The packages would start their own services; the tests start what they need.
     NO_START=""
     if [ ! -e /usr/sbin/policy-rc.d ]; then
         printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
@@ -18,7 +21,8 @@ if ! command -v squid >/dev/null; then
         NO_START=1
     fi
     $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends squid
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $MISSING
     if [ -n "$NO_START" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi
 .venv/bin/ruff check .

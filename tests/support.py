@@ -86,6 +86,7 @@ def cache_config(tmp_path: Path, **sections: dict[str, object]) -> Config:
         "log": {"access_log": str(tmp_path / "access.log")},
         "dns": {"hosts_file": "none", "nameservers": ["127.0.0.1:9"]},
         "upstream": {"connect_timeout": 2.0, "read_timeout": 5.0},
+        "admin": {"listen": "127.0.0.1:0"},
     }
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)

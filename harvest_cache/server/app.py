@@ -11,14 +11,15 @@ from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.hierarchy.neighbours import Neighbours
 from harvest_cache.hierarchy.peers import Peer
+from harvest_cache.metrics import Traffic
 from harvest_cache.server.accesslog import AccessLog
 from harvest_cache.server.acl import address_in
+from harvest_cache.server.admin import AdminServer
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.proxy import Proxy, heuristic_rules
 from harvest_cache.server.routing import Router, fetch_internal
 from harvest_cache.server.tasks import TaskSet
-from harvest_cache.store.interface import ObjectStore
-from harvest_cache.store.tiered import open_store
+from harvest_cache.store.tiered import TieredStore, open_store
 from harvest_cache.upstream.dns import Resolver
 from harvest_cache.upstream.pool import Pool
 
@@ -37,20 +38,23 @@ class CacheServer:
     def __init__(
         self,
         config: Config,
-        store: ObjectStore,
+        store: TieredStore,
         resolver: Resolver,
         access_log: AccessLog,
     ) -> None:
         self.config = config
+        self.traffic = Traffic()
         self.store = store
         self.resolver = resolver
         self.access_log = access_log
         self.tasks = TaskSet()
-        self.pool = Pool(resolver, config.upstream)
-        self.peer_pool = Pool(resolver, config.upstream)  # to peers, whose requests differ
+        self.pool = Pool(resolver, config.upstream, self.traffic)
+        # Connections to peers apart: requests to them take a different form.
+        self.peer_pool = Pool(resolver, config.upstream, self.traffic)
         self.neighbours: Neighbours | None = None
         self.digests: Digests | None = None
         self._digest_task: asyncio.Task[None] | None = None
+        self.admin: AdminServer | None = None
         self.connections: set[ClientConnection] = set()
         self.name = config.server.name
         self.proxy: Proxy | None = None
@@ -67,9 +71,14 @@ class CacheServer:
         try:
             await self._listen()
         except BaseException:
-            if self._server is not None:  # (the ICP port could not be had)
+            if self._server is not None:  # (the ICP or admin port could not be had)
                 self._server.close()
                 await self._server.wait_closed()
+            if self.icp is not None:
+                self.icp.close()
+            if self._digest_task is not None:
+                self._digest_task.cancel()
+            await self.tasks.cancel()
             await self._close_parts()
             raise
         return self
@@ -105,6 +114,7 @@ class CacheServer:
             self.tasks,
             router,
             heuristics,
+            self.traffic,
             self.digests,
             own,
         )
@@ -117,6 +127,10 @@ class CacheServer:
                 log.info("peer: %s", peer)
         if self.digests is not None:
             self._digest_task = self.tasks.spawn(self.digests.run(), "cache digests")
+        admin = self.config.admin.listen
+        if admin is not None:
+            self.admin = await AdminServer.start(self, admin.host, admin.port)
+            log.info("admin listener (metrics, cache manager) on %s:%d", *self.admin.address)
 
     async def _listen_icp(self) -> None:
         assert self.proxy is not None
@@ -149,6 +163,8 @@ class CacheServer:
         """Stop accepting, let requests in progress finish within ``grace``, then close all."""
         if self._server is not None:
             self._server.close()
+        if self.admin is not None:
+            await self.admin.close()
         if self.icp is not None:
             self.icp.close()
         if self.neighbours is not None:

@@ -242,6 +242,10 @@ class Fetcher:
         await self._run(flight, target, fetch)
         return flight, first, False
 
+    def flights(self) -> list[Flight]:
+        """The fetches in progress."""
+        return list(self._flights.values())
+
     def flying(self, key: str) -> bool:
         return key in self._flights
 

@@ -28,6 +28,7 @@ from harvest_cache.http.headers import Headers, stored_fields
 from harvest_cache.http.policy import Fresh, StoreDecision, evaluate, storable
 from harvest_cache.http.target import Target
 from harvest_cache.http.validation import freshen, is_not_modified_for
+from harvest_cache.metrics import Traffic
 from harvest_cache.server.accesslog import AccessLog, Hierarchy
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.fetch import (
@@ -78,6 +79,7 @@ class LeanPath:
         pool: Pool,
         fetcher: Fetcher,
         access_log: AccessLog,
+        traffic: Traffic,
         heuristics: HeuristicRules,
         tasks: TaskSet,
     ) -> None:
@@ -87,6 +89,7 @@ class LeanPath:
         self.pool = pool
         self.fetcher = fetcher
         self.log = access_log
+        self.traffic = traffic
         self.heuristics = heuristics
         self.tasks = tasks
         self.via = via_entry("1.1", name)
@@ -478,7 +481,7 @@ class LeanFetch:
         conn, tx = self._conn, self._tx
         tx.aborted = not write_answer(conn, head, body)
         tx.bytes_sent = len(head) + len(body)
-        record(self._path.log, tx)
+        record(self._path.log, self._path.traffic, tx)
         self._path.answered += 1
         self._path.ended(self)
         conn.lean_done(self._req.keep_alive)

@@ -26,7 +26,9 @@ from harvest_cache.server.request import Request
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 
-_RESULT = b"TCP_REFRESH_UNMODIFIED"
+_RESULT_NAME = "TCP_REFRESH_UNMODIFIED"
+_RESULT = _RESULT_NAME.encode()
+_HIER = "HIER_DIRECT"
 
 
 def start_planned(
@@ -193,12 +195,19 @@ class PlannedRefresh:
         head, body = answer
         conn, path = self._conn, self._path
         sent = write_answer(conn, head, body)
+        size = len(head) + len(body)
+        seconds = time.monotonic() - self._started
+        plan = self._plan
+        path.traffic.ended("GET", _RESULT_NAME, plan.status, size, seconds, _HIER, not sent)
         if path.log.enabled:
-            size = len(head) + len(body)
-            elapsed = round((time.monotonic() - self._started) * 1000)
-            plan = self._plan
             line = line_head(
-                time.time(), elapsed, conn.client_bytes, _RESULT, plan.status, size, not sent
+                time.time(),
+                round(seconds * 1000),
+                conn.client_bytes,
+                _RESULT,
+                plan.status,
+                size,
+                not sent,
             )
             path.log.write(line + plan.tail_for(self._upstream.peer_ip))
         path.answered += 1

@@ -38,6 +38,7 @@ from harvest_cache.http.ranges import IgnoreRange, SinglePart, Unsatisfiable, an
 from harvest_cache.http.target import Target, parse_absolute, parse_authority
 from harvest_cache.http.validation import freshen, head_confirms
 from harvest_cache.http.vary import vary_key, vary_names
+from harvest_cache.metrics import Traffic
 from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head
 from harvest_cache.server.acl import Access
 from harvest_cache.server.connection import ClientConnection
@@ -48,7 +49,7 @@ from harvest_cache.server.fetch import (
     upstream_headers,
     variant_key,
 )
-from harvest_cache.server.flight import FlightHead, FlightRetry, StartedFetch
+from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, StartedFetch
 from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
 from harvest_cache.server.lean import LeanPath
 from harvest_cache.server.planned import start_planned
@@ -118,6 +119,7 @@ class Proxy:
         tasks: TaskSet,
         router: Router,
         heuristics: HeuristicRules,
+        traffic: Traffic,
         digests: Digests | None = None,
         own: tuple[frozenset[str], int] = (frozenset(), 0),
     ) -> None:
@@ -130,6 +132,7 @@ class Proxy:
         self._log = access_log
         self._access = Access(config.access)
         self.heuristics = heuristics
+        self._traffic = traffic
         self._tasks = tasks
         self._router = router
         self._digests = digests
@@ -138,8 +141,12 @@ class Proxy:
         self._refreshing: set[str] = set()  # keys revalidated in the background
         self._hot = HotIndex(store, name, config.server.cache_status_key)
         self.lean = LeanPath(
-            config, name, store, pool, self._fetcher, access_log, self.heuristics, tasks
+            config, name, store, pool, self._fetcher, access_log, traffic, self.heuristics, tasks
         )
+
+    def flights(self) -> list[Flight]:
+        """The fetches in progress (for metrics)."""
+        return self._fetcher.flights()
 
     @property
     def hot_entries(self) -> int:
@@ -168,8 +175,12 @@ class Proxy:
             conn.write(head)
             conn.write(entry.body)
             size += len(entry.body)
+        status = entry.obj.head.status
+        traffic = self._traffic
+        fast = traffic.fast_hits
+        fast[method, status] = fast.get((method, status), 0) + 1
+        traffic.bytes_to_clients += size
         if self._log.enabled:
-            status = entry.obj.head.status
             line = line_head(now, 0, conn.client_bytes, b"TCP_MEM_HIT", status, size, False)
             self._log.write(line + (entry.head_tail if head_only else entry.get_tail))
         return True
@@ -233,6 +244,7 @@ class Proxy:
             status = cache_status(self.name, hit=False, detail=_DETAILS.get(e.status, "refused"))
             await self._fail(conn, req, tx, reply, e.status, e.reason, status, close=e.close)
         except UpstreamError as e:
+            self._traffic.upstream_failed(e.kind)
             noroute = isinstance(e, NoRoute)
             tx.hierarchy = Hierarchy.NO_DIRECT_FAIL if noroute else Hierarchy.HIER_DIRECT
             status = cache_status(self.name, hit=False, fwd="miss", detail=e.kind)
@@ -246,7 +258,9 @@ class Proxy:
             tx.bytes_sent = tx.bytes_sent or reply.bytes_sent
             if reply.content_type != "-":
                 tx.content_type = reply.content_type
-            record(self._log, tx)
+            if req.body is not None:
+                self._traffic.bytes_from_clients += req.body.received
+            record(self._log, self._traffic, tx)
 
     async def _fail(
         self,
@@ -341,7 +355,13 @@ class Proxy:
             raise RequestError(403, f"CONNECT to port {port} is not allowed")
         tx.result = "TCP_TUNNEL"
         tx.hierarchy = Hierarchy.HIER_DIRECT
-        stats = await open_tunnel(host, port, conn, self._pool)
+        traffic = self._traffic
+        traffic.tunnels_open += 1
+        try:
+            stats = await open_tunnel(host, port, conn, self._pool)
+        finally:
+            traffic.tunnels_open -= 1
+        traffic.tunnel_bytes += stats.to_client + stats.to_server
         tx.status = 200
         tx.peer = stats.peer
         tx.bytes_sent = stats.to_client

@@ -1,10 +1,11 @@
-"""What one request did, as the access log (and later the metrics) record it."""
+"""What one request did, as the access log and the metrics record it."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
+from harvest_cache.metrics import Traffic
 from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head, line_tail
 
 
@@ -26,11 +27,13 @@ class Transaction:
     aborted: bool = False
 
 
-def record(log: AccessLog, tx: Transaction) -> None:
-    """Write ``tx``'s access-log line, now that it has ended."""
+def record(log: AccessLog, traffic: Traffic, tx: Transaction) -> None:
+    """Count ``tx`` and write its access-log line, now that it has ended."""
+    seconds = time.monotonic() - tx.started
+    traffic.ended(tx.method, tx.result, tx.status, tx.bytes_sent, seconds, tx.hierarchy, tx.aborted)
     if not log.enabled:
         return
-    elapsed = round((time.monotonic() - tx.started) * 1000)
+    elapsed = round(seconds * 1000)
     head = line_head(
         time.time(),
         elapsed,

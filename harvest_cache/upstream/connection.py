@@ -15,6 +15,7 @@ import httptools
 
 from harvest_cache.errors import ReadTimeout, UpstreamError, UpstreamProtocolError, UpstreamReset
 from harvest_cache.http.headers import Headers
+from harvest_cache.metrics import Traffic
 
 # Past this much unread body the socket is paused; the reader resumes it.
 _HIGH_WATER = 1 << 20
@@ -77,9 +78,12 @@ class UpstreamConnection(asyncio.Protocol):
     (a ``Listener`` given to ``begin``, called from the parser).
     """
 
-    def __init__(self, key: tuple[str, int], peer_ip: str) -> None:
+    def __init__(
+        self, key: tuple[str, int], peer_ip: str, *, traffic: Traffic | None = None
+    ) -> None:
         self.key = key
         self.peer_ip = peer_ip
+        self._traffic = traffic if traffic is not None else Traffic()
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
@@ -142,6 +146,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.close()
             return
         self._heard = True
+        self._traffic.bytes_from_upstream += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as e:

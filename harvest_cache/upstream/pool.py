@@ -11,6 +11,7 @@ from typing import Protocol, TypeVar
 
 from harvest_cache.config import UpstreamConfig
 from harvest_cache.errors import ConnectRefused, ConnectTimeout, UpstreamError
+from harvest_cache.metrics import Traffic
 from harvest_cache.upstream.connection import UpstreamConnection
 
 _SWEEP_EVERY = 5.0
@@ -26,9 +27,12 @@ class Resolver(Protocol):
 class Pool:
     """Per-(host, port) stacks of idle connections; the newest is reused first."""
 
-    def __init__(self, resolver: Resolver, config: UpstreamConfig) -> None:
+    def __init__(
+        self, resolver: Resolver, config: UpstreamConfig, traffic: Traffic | None = None
+    ) -> None:
         self._resolver = resolver
         self._config = config
+        self._traffic = traffic if traffic is not None else Traffic()
         self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
         self._last_sweep = 0.0
         self.opened = 0
@@ -85,7 +89,9 @@ class Pool:
 
     async def connect(self, host: str, port: int) -> UpstreamConnection:
         """A new HTTP connection to ``host:port``."""
-        conn = await self.open(host, port, partial(UpstreamConnection, (host, port)))
+        conn = await self.open(
+            host, port, partial(UpstreamConnection, (host, port), traffic=self._traffic)
+        )
         self.opened += 1
         return conn
 
