@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from harvest_cache import __version__
+from harvest_cache import __version__, control
 from harvest_cache.config import Config, ConfigError, load, reference
 from harvest_cache.errors import HarvestCacheError
 from harvest_cache.hierarchy.peers import peer_flag
@@ -100,13 +102,20 @@ def tune_gc() -> None:
     gc.freeze()
 
 
-async def serve(config: Config) -> None:
-    server = await CacheServer.start(config)
+async def _reload(server: CacheServer) -> None:
+    with contextlib.suppress(ConfigError):  # (logged, and the running configuration kept)
+        await server.reload_config()
+
+
+async def serve(config: Config, loader: Callable[[], Config]) -> None:
+    """Run the cache until SIGTERM or SIGINT; SIGHUP reloads the configuration."""
+    server = await CacheServer.start(config, loader)
     tune_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: server.tasks.spawn(_reload(server), "reload"))
     try:
         await stop.wait()
         log.info("stopping: finishing requests in progress")
@@ -115,6 +124,9 @@ async def serve(config: Config) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("purge", "reload"):
+        return control.main(argv)
     args = parser().parse_args(argv)
     if args.config_reference:
         sys.stdout.write(reference())
@@ -132,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        uvloop.run(serve(config))
+        uvloop.run(serve(config, lambda: load(args.config, overrides(args))))
     except ConfigError as e:
         for problem in e.problems:
             print(f"harvest-cache: {problem}", file=sys.stderr)

@@ -289,6 +289,12 @@ class AccessConfig:
     connect_ports: tuple[tuple[int, int], ...] = setting(
         ports([443]), "Ports `CONNECT` tunnels may open; others get 403.", ports
     )
+    purge: tuple[IPNetwork, ...] = setting(
+        networks(["127.0.0.0/8", "::1/128"]),
+        "Client networks (CIDR) allowed to send `PURGE` (drop an object from the cache);"
+        " others get 403. Default: loopback.",
+        networks,
+    )
     x_forwarded_for: str = setting(
         "on",
         "`on` appends the client address to `X-Forwarded-For`, `off` passes it unchanged,"

@@ -58,6 +58,8 @@ class UpstreamError(HarvestCacheError):
 
     def __init__(self, cause: str) -> None:
         self.cause = cause
+        # Every client that joined a failed fetch gets this one error; metrics count it once.
+        self.counted = False
         super().__init__(cause)
 
 

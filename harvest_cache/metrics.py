@@ -170,13 +170,14 @@ def _gauge(
 class CacheCollector:
     """Yields the cache's metric families from its components' counters at scrape time.
 
-    ``disk_bytes`` is read by the admin server just before a scrape (it needs the disk
-    tier's thread); collect itself does no I/O.
+    ``disk_bytes`` and ``filesystem`` are read by the admin server just before a scrape
+    (off the event loop); collect itself does no I/O.
     """
 
     def __init__(self, server: CacheServer) -> None:
         self._server = server
         self.disk_bytes = 0
+        self.filesystem: tuple[int, int] | None = None  # (size, free) of the disk tier's
 
     def collect(self) -> Iterator[Metric]:
         server = self._server
@@ -266,7 +267,8 @@ class CacheCollector:
         )
         yield _counter(
             "harvest_cache_upstream_errors",
-            "Failures of the next hop, by kind.",
+            "Failures of the next hop, by kind (one per failed fetch, however many clients"
+            " shared it).",
             ("kind",),
             {(kind,): n for kind, n in traffic.upstream_errors.items()},
         )
@@ -292,6 +294,20 @@ class CacheCollector:
             ("tier",),
             {("memory",): memory.capacity, ("disk",): server.config.cache.disk_mb * 1024 * 1024},
         )
+        if self.filesystem is not None:
+            size, free = self.filesystem
+            yield _gauge(
+                "harvest_cache_store_filesystem_size_bytes",
+                "Size of the filesystem holding the disk tier.",
+                (),
+                {(): size},
+            )
+            yield _gauge(
+                "harvest_cache_store_filesystem_free_bytes",
+                "Bytes free (for unprivileged users) on the filesystem holding the disk tier.",
+                (),
+                {(): free},
+            )
         yield _counter(
             "harvest_cache_store_evictions",
             "Objects evicted to keep the memory tier within its size.",
@@ -420,10 +436,20 @@ class CacheCollector:
             )
 
 
-def registry(server: CacheServer) -> tuple[CollectorRegistry, CacheCollector]:
-    """A registry with the cache's metrics and the process's (CPU, memory, open files)."""
-    reg = CollectorRegistry(auto_describe=False)
+@dataclass(frozen=True, slots=True)
+class Registries:
+    """The cache's metrics (read on the event loop, where their counters change) and the
+    process's CPU, memory and open files (read from /proc: in a thread)."""
+
+    cache: CollectorRegistry
+    process: CollectorRegistry
+    collector: CacheCollector
+
+
+def registries(server: CacheServer) -> Registries:
+    cache = CollectorRegistry(auto_describe=False)
     collector = CacheCollector(server)
-    reg.register(collector)
-    ProcessCollector(registry=reg)
-    return reg, collector
+    cache.register(collector)
+    process = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=process)
+    return Registries(cache, process, collector)

@@ -121,6 +121,15 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         self.answered[opcode.name] = self.answered.get(opcode.name, 0) + 1
         self.send(encode(reply(message, opcode, rtt=rtt)), addr)
 
+    def retarget(
+        self,
+        heuristics: HeuristicRules,
+        on_reply: Callable[[IcpMessage, Address], bool] | None,
+    ) -> None:
+        """Use these freshness rules and this taker of replies from now on (a reload)."""
+        self._heuristics = heuristics
+        self._on_reply = on_reply
+
     def send(self, data: bytes, addr: Address) -> None:
         """Send a datagram (an answer, or one of our queries) from the ICP port."""
         if self._transport is not None and not self._transport.is_closing():

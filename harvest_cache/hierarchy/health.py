@@ -42,7 +42,8 @@ class PeerHealth:
         self.replies += 1
         self.hits += hit
         self.unanswered_since = None
-        self.down_until = 0.0  # it answers: worth trying over TCP again
+        if self.down_until != float("inf"):
+            self.down_until = 0.0  # it answers: worth trying over TCP again
         self.rtt = rtt if self.rtt is None else self.rtt + _GAIN * (rtt - self.rtt)
 
     def used(self) -> None:
@@ -58,6 +59,10 @@ class PeerHealth:
     def connect_failed(self, now: float) -> None:
         self.connect_failures += 1
         self.down_until = now + self.retry_after
+
+    def drop(self) -> None:
+        """Down for good (an operator's decision; a reload makes a new record)."""
+        self.down_until = float("inf")
 
     def dead(self, now: float) -> bool:
         since = self.unanswered_since

@@ -157,6 +157,10 @@ class Neighbours:
         (``hit``), or not (a false hit of the digest)."""
         self.health[peer.name].digest_answered(hit)
 
+    def drop(self, name: str) -> None:
+        """Send nothing more to the peer ``name`` until the configuration is reloaded."""
+        self.health[name].drop()
+
     def connect_failed(self, peer: Peer) -> None:
         self.health[peer.name].connect_failed(self._loop.time())
 

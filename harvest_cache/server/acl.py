@@ -36,5 +36,8 @@ class Access:
     def _port_allowed(self, port: int) -> bool:
         return _in_ranges(port, self._config.safe_ports)
 
+    def purge_allowed(self, ip: str) -> bool:
+        return address_in(ip, self._config.purge)
+
     def connect_allowed(self, port: int) -> bool:
         return _in_ranges(port, self._config.connect_ports)

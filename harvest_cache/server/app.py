@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
+from dataclasses import fields, replace
+from typing import Any
 
 from harvest_cache.config import Config
+from harvest_cache.errors import ConfigError
 from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.hierarchy.neighbours import Neighbours
@@ -24,6 +28,37 @@ from harvest_cache.upstream.dns import Resolver
 from harvest_cache.upstream.pool import Pool
 
 log = logging.getLogger("harvest_cache")
+
+
+# Settings a running cache cannot change (its sockets, store, log file, resolver and pools
+# were made with them); None: the whole section.
+_FIXED: dict[str, tuple[str, ...] | None] = {
+    "server": ("listen",),
+    "admin": ("listen",),
+    "icp": ("port",),
+    "cache": ("dir", "memory_mb", "disk_mb", "memory_max_object_kb", "max_object_mb"),
+    "log": ("access_log",),
+    "dns": None,
+    "upstream": None,
+}
+
+
+def effective(old: Config, new: Config) -> tuple[Config, list[str]]:
+    """``new`` with the settings a reload cannot change kept from ``old``, and the names of
+    those that differ (they take effect at the next start)."""
+    changed: list[str] = []
+    sections: dict[str, Any] = {}
+    for section, keys in _FIXED.items():
+        was, wanted = getattr(old, section), getattr(new, section)
+        names = keys if keys is not None else tuple(f.name for f in fields(was))
+        kept = {k: getattr(was, k) for k in names if getattr(was, k) != getattr(wanted, k)}
+        changed += [f"{section}.{k}" for k in kept]
+        sections[section] = replace(wanted, **kept)
+    config = replace(new, **sections)
+    if config.icp_port != old.icp_port:
+        changed.append("the ICP port (peers now queried over ICP, or none)")
+        config = replace(config, icp=replace(config.icp, port=old.icp_port))
+    return config, changed
 
 
 def _own_hosts(name: str, listen_host: str) -> frozenset[str]:
@@ -55,6 +90,8 @@ class CacheServer:
         self.digests: Digests | None = None
         self._digest_task: asyncio.Task[None] | None = None
         self.admin: AdminServer | None = None
+        self._retired: list[Proxy] = []  # replaced by a reload, maybe still answering
+        self.loader: Callable[[], Config] | None = None
         self.connections: set[ClientConnection] = set()
         self.name = config.server.name
         self.proxy: Proxy | None = None
@@ -63,11 +100,13 @@ class CacheServer:
         self.address: tuple[str, int] = (config.server.listen.host, config.server.listen.port)
 
     @classmethod
-    async def start(cls, config: Config) -> CacheServer:
+    async def start(cls, config: Config, loader: Callable[[], Config] | None = None) -> CacheServer:
+        """``loader`` reads the configuration again, for reloads (SIGHUP, the admin action)."""
         store = await open_store(config.cache)
         resolver = await Resolver.open(config.dns)
         access_log = await AccessLog.open(config.log.access_log)
         self = cls(config, store, resolver, access_log)
+        self.loader = loader
         try:
             await self._listen()
         except BaseException:
@@ -91,22 +130,35 @@ class CacheServer:
         )
         sockname = self._server.sockets[0].getsockname()
         self.address = (sockname[0], sockname[1])
-        self.name = self.config.server.name or f"{socket.gethostname()}:{self.address[1]}"
-        hierarchy = self.config.hierarchy
-        if hierarchy.peers:
-            self.neighbours = Neighbours(hierarchy)
+        self.proxy = self._build()
+        log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
+        if self.config.icp_port:
+            await self._listen_icp()
+        await self._start_hierarchy()
+        admin = self.config.admin.listen
+        if admin is not None:
+            self.admin = await AdminServer.start(self, admin.host, admin.port)
+            log.info("admin listener (metrics, cache manager) on %s:%d", *self.admin.address)
+
+    def _build(self) -> Proxy:
+        """The parts that answer requests under ``config``: peers, routes, digests, proxy."""
+        config = self.config
+        self.name = config.server.name or f"{socket.gethostname()}:{self.address[1]}"
+        hierarchy = config.hierarchy
+        self.neighbours = Neighbours(hierarchy) if hierarchy.peers else None
         router = Router(self.name, self.pool, self.peer_pool, self.neighbours)
-        heuristics = heuristic_rules(self.config.cache)
+        heuristics = heuristic_rules(config.cache)
+        self.digests = None
         if hierarchy.digests:
-            timeout = self.config.upstream.read_timeout
+            timeout = config.upstream.read_timeout
 
             async def fetch(peer: Peer, path: str, limit: int) -> bytes:
                 return await fetch_internal(self.peer_pool, self.name, peer, path, limit, timeout)
 
             self.digests = Digests(hierarchy, self.store, heuristics.for_url, fetch)
         own = (_own_hosts(self.name, self.address[0]), self.address[1])
-        self.proxy = Proxy(
-            self.config,
+        return Proxy(
+            config,
             self.name,
             self.store,
             self.pool,
@@ -118,31 +170,73 @@ class CacheServer:
             self.digests,
             own,
         )
-        log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
-        if self.config.icp_port:
-            await self._listen_icp()
+
+    async def _start_hierarchy(self) -> None:
+        if self.icp is not None:
+            assert self.proxy is not None
+            reply = self.neighbours.reply if self.neighbours is not None else None
+            self.icp.retarget(self.proxy.heuristics, reply)
         if self.neighbours is not None:
             await self.neighbours.start(self.resolver, self.icp, self.digests)
-            for peer in hierarchy.peers:
+            for peer in self.config.hierarchy.peers:
                 log.info("peer: %s", peer)
         if self.digests is not None:
             self._digest_task = self.tasks.spawn(self.digests.run(), "cache digests")
-        admin = self.config.admin.listen
-        if admin is not None:
-            self.admin = await AdminServer.start(self, admin.host, admin.port)
-            log.info("admin listener (metrics, cache manager) on %s:%d", *self.admin.address)
+
+    async def reload_config(self) -> list[str]:
+        """Read the configuration again and apply it; a bad one is refused (ConfigError,
+        logged) and the running one kept. Returns the settings that need a restart."""
+        if self.loader is None:
+            raise ConfigError(["this cache was started without a configuration to reload"])
+        try:
+            new = self.loader()
+        except ConfigError as e:
+            for problem in e.problems:
+                log.error("reload refused, the configuration in use is kept: %s", problem)
+            raise
+        fixed = await self.reload(new)
+        for name in fixed:
+            log.warning("reload: %s changed; it takes effect at the next start", name)
+        log.info("configuration reloaded")
+        return fixed
+
+    async def reload(self, new: Config) -> list[str]:
+        """Answer requests under ``new`` from now on: new connections and the next request
+        of each open one. Settings that need a restart keep their values; their names are
+        returned."""
+        config, fixed = effective(self.config, new)
+        old_proxy, old_neighbours, old_digests = self.proxy, self.neighbours, self._digest_task
+        self.config = config
+        proxy = self._build()
+        self.proxy = proxy
+        for conn in self.connections:
+            conn.handler = proxy
+        if old_proxy is not None:
+            self._retired.append(old_proxy)
+        if old_neighbours is not None:
+            old_neighbours.close()
+        if old_digests is not None:
+            old_digests.cancel()
+            self._digest_task = None
+        await self._start_hierarchy()
+        logging.getLogger("harvest_cache").setLevel(config.log.level.upper())
+        return fixed
 
     async def _listen_icp(self) -> None:
         assert self.proxy is not None
-        icp, host, port = self.config.icp, self.config.server.listen.host, self.config.icp_port
+        host, port = self.config.server.listen.host, self.config.icp_port
+
+        def fetching() -> bool:
+            config = self.config  # (read at each query: a reload may change it)
+            return config.icp.fetch_misses and len(self.connections) < config.server.max_connections
+
         endpoint = IcpEndpoint(
             self.store,
             self.proxy.heuristics,
-            lambda ip: address_in(ip, icp.allow),
-            lambda: icp.fetch_misses and len(self.connections) < self.config.server.max_connections,
+            lambda ip: address_in(ip, self.config.icp.allow),
+            fetching,
             self.tasks,
-            self.neighbours.reply if self.neighbours is not None else None,
-            self.pool.rtt,
+            origin_rtt=self.pool.rtt,
         )
         await asyncio.get_running_loop().create_datagram_endpoint(
             lambda: endpoint, local_addr=(host, port)
@@ -173,8 +267,9 @@ class CacheServer:
             self._digest_task.cancel()
         for conn in list(self.connections):
             conn.close_when_idle()  # so no worker waits on for a next request
-        if self.proxy is not None:
-            await self.proxy.drain(grace)
+        for proxy in (*self._retired, self.proxy):
+            if proxy is not None:
+                await proxy.drain(grace)
         await self.tasks.drain(grace)
         for conn in list(self.connections):
             conn.close()

@@ -59,7 +59,7 @@ class ClientConnection(asyncio.Protocol):
         refuse: bool = False,
     ) -> None:
         self._config = config.server
-        self._handler = handler
+        self.handler = handler
         self._tasks = tasks
         self._on_close = on_close
         self._refuse = refuse  # over the connection limit: accepted only to be closed
@@ -250,7 +250,7 @@ class ClientConnection(asyncio.Protocol):
         self._current = req
         if not self._slow and req.body is None and not self.busy:
             self._lean = True
-            if self._handler.serve_lean(req, self):
+            if self.handler.serve_lean(req, self):
                 return
             self._lean = False
         self._enqueue(req)
@@ -262,11 +262,11 @@ class ClientConnection(asyncio.Protocol):
         keep_alive = self._parser.should_keep_alive()
         version = self._parser.get_http_version()
         target = bytes(self._url)
-        if not self._handler.serve_fast(self, method, target, version, keep_alive):
+        if not self.handler.serve_fast(self, method, target, version, keep_alive):
             if method != b"GET" or version != "1.1" or not keep_alive:
                 return False
             self._lean = True
-            if not self._handler.serve_planned(self, target, self._raw_headers):
+            if not self.handler.serve_planned(self, target, self._raw_headers):
                 self._lean = False
                 return False
             self._url = bytearray()
@@ -397,7 +397,7 @@ class ClientConnection(asyncio.Protocol):
                     self.must_close = True
                 self._handling = True
                 try:
-                    await self._handler.handle(req, self)
+                    await self.handler.handle(req, self)
                 finally:
                     self._handling = False
                 unread = req.error is not None or (req.body is not None and not req.body.ended)

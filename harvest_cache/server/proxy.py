@@ -234,6 +234,9 @@ class Proxy:
                 raise RequestError(403, "forwarding loop detected (our name is in Via)")
             if await self._answer_max_forwards(req, conn, tx, reply):
                 return
+            if req.method == "PURGE":
+                await self._purge(req, target, conn, tx, reply)
+                return
             if self._router.from_sibling(req):
                 req.headers.add("Cache-Control", "only-if-cached")  # hits alone for siblings
             if req.method in ("GET", "HEAD"):
@@ -244,7 +247,9 @@ class Proxy:
             status = cache_status(self.name, hit=False, detail=_DETAILS.get(e.status, "refused"))
             await self._fail(conn, req, tx, reply, e.status, e.reason, status, close=e.close)
         except UpstreamError as e:
-            self._traffic.upstream_failed(e.kind)
+            if not e.counted:
+                e.counted = True
+                self._traffic.upstream_failed(e.kind)
             noroute = isinstance(e, NoRoute)
             tx.hierarchy = Hierarchy.NO_DIRECT_FAIL if noroute else Hierarchy.HIER_DIRECT
             status = cache_status(self.name, hit=False, fwd="miss", detail=e.kind)
@@ -318,6 +323,22 @@ class Proxy:
             await reply.send_text(200, "OK", text, headers)
         tx.result = "TCP_MISS"
         return True
+
+    # -- PURGE -----------------------------------------------------------------------------------
+
+    async def _purge(
+        self, req: Request, target: Target, conn: ClientConnection, tx: Transaction, reply: Reply
+    ) -> None:
+        """Drop what the cache holds for the URL (Squid's PURGE): 200 if it held something,
+        404 if not. A Vary marker goes with every variant under it."""
+        if not self._access.purge_allowed(conn.client_ip):
+            tx.result = "TCP_DENIED"
+            raise RequestError(403, "PURGE is not allowed from your address", close=False)
+        tx.result = "TCP_MISS"
+        if await self._store.purge(target.url):
+            await reply.send_text(200, "OK", "purged\n", Headers())
+        else:
+            await reply.send_text(404, "Not Found", "not in the cache\n", Headers())
 
     # -- our cache digest ----------------------------------------------------------------------
 

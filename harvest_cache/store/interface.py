@@ -75,6 +75,9 @@ class ObjectStore(Protocol):
 
     async def delete(self, key: str) -> None: ...
 
+    async def purge(self, key: str) -> bool:
+        """Delete what ``key`` holds; False if it held nothing."""
+
     async def heads(self) -> list[StoredHead]:
         """The heads of the objects stored, one per URL (for the cache digest)."""
 

@@ -168,6 +168,16 @@ class TieredStore:
 
     # -- beyond the interface --------------------------------------------------------------------
 
+    async def purge(self, key: str) -> bool:
+        """Delete what ``key`` holds (a Vary marker orphans its variants); False if nothing."""
+        found = await self.get(key)
+        if found is None:
+            return False
+        if isinstance(found, StoredObject) and not isinstance(found.body, bytes):
+            found.body.file.close()
+        await self.delete(key)
+        return True
+
     async def heads(self) -> list[StoredHead]:
         """The heads of the objects in either tier (what a cache digest is made of)."""
         heads = {h.url: h for h in self.memory.heads()}

@@ -1,0 +1,126 @@
+"""deploy/: the Prometheus configuration and alerts (with promtool), the Grafana dashboard's
+metrics against a real scrape, and the example configurations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from harvest_cache.cli import main
+from tests.support import MakeCache, Origin, free_port, proxy_client, static
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    tool = shutil.which("promtool")
+    if tool is None:
+        pytest.fail(
+            "promtool is missing (Debian's prometheus package; scripts/test.sh installs it)"
+        )
+    return subprocess.run(
+        [tool, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+async def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(promtool, *args, cwd=cwd)
+
+
+async def test_the_prometheus_configuration_and_rules_are_valid() -> None:
+    here = DEPLOY / "prometheus"
+    for args in (("check", "config", "prometheus.yml"), ("check", "rules", "alerts.yml")):
+        result = await run(*args, cwd=here)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "SUCCESS" in result.stdout
+
+
+async def test_every_alert_has_a_passing_unit_test() -> None:
+    here = DEPLOY / "prometheus"
+    result = await run("test", "rules", "alerts_test.yml", cwd=here)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rules = (here / "alerts.yml").read_text()
+    tests = (here / "alerts_test.yml").read_text()
+    alerts = re.findall(r"- alert: (\w+)", rules)
+    assert len(alerts) >= 5
+    assert all(f"alertname: {name}" in tests for name in alerts)
+
+
+async def test_the_compose_prometheus_configuration_is_valid(tmp_path: Path) -> None:
+    # Mounted next to the alerts in the container: checked the same way here.
+    await asyncio.to_thread(shutil.copy, DEPLOY / "compose" / "prometheus.yml", tmp_path)
+    await asyncio.to_thread(shutil.copy, DEPLOY / "prometheus" / "alerts.yml", tmp_path)
+    result = await run("check", "config", "prometheus.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((DEPLOY / "examples").glob("*.toml")) + sorted((DEPLOY / "compose").glob("*.toml")),
+    ids=lambda p: p.name,
+)
+async def test_example_configurations_are_valid(path: Path) -> None:
+    assert await asyncio.to_thread(main, ["--config", str(path), "--check-config"]) == 0
+
+
+def dashboard_metrics() -> set[str]:
+    dashboard = json.loads((DEPLOY / "grafana" / "harvest-cache.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    variables = [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    names: set[str] = set()
+    for text in exprs + variables:
+        names.update(re.findall(r"\b(?:harvest_cache|process)_[a-z_]+\b", text))
+    return names
+
+
+async def test_every_metric_the_dashboard_uses_is_in_a_real_scrape(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    parent = await make_cache(
+        server={"name": "parent"},
+        cache={"dir": str(tmp_path / "parent")},
+        log={"access_log": "none"},
+    )
+    child = await make_cache(
+        hierarchy={
+            "digests": False,
+            "peers": [
+                {
+                    "name": "parent",
+                    "host": "127.0.0.1",
+                    "http_port": parent.address[1],
+                    "icp_port": free_port(),  # nobody answers: the peer is queried, times out
+                    "role": "parent",
+                }
+            ],
+            "icp_timeout_max": 0.05,
+        },
+        icp={"port": free_port()},
+    )
+    origin.route("/d", static(b"d", {"Cache-Control": "max-age=60"}))
+    async with proxy_client(child) as client:
+        response, _ = await client.get(origin.url("/d"))
+    assert response.status == 200
+    assert child.admin is not None
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{child.admin.address[1]}/metrics") as scrape,
+    ):
+        text = await scrape.text()
+    exposed: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        exposed.add(family.name)
+        if family.type == "counter":  # (a family without samples yet still names them)
+            exposed.add(f"{family.name}_total")
+        exposed.update(sample.name for sample in family.samples)
+    used = dashboard_metrics()
+    assert len(used) >= 12
+    assert used <= exposed, f"not exported: {sorted(used - exposed)}"
