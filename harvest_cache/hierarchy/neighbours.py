@@ -101,7 +101,7 @@ class Neighbours:
             if selection.route is None:
                 return await done
         # Decided already (the queries, if any, only probe dead peers), or no one to ask.
-        return selection.route if selection.route is not None else selection.expire(now)
+        return selection.route if selection.route is not None else selection.unasked()
 
     def _query(
         self, selection: Selection, url: str, addresses: dict[Address, Peer], now: float

@@ -175,6 +175,12 @@ class Selection:
             self.route = self._decide(timed_out=True)
         return self.route
 
+    def unasked(self) -> Route:
+        """Decide without the queries (they could not be sent): no wait ran out."""
+        if self.route is None:
+            self.route = self._decide(timed_out=False)
+        return self.route
+
     @property
     def unanswered(self) -> tuple[Peer, ...]:
         """Queried peers that were waited for and have not answered."""

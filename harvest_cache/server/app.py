@@ -189,7 +189,7 @@ class CacheServer:
         if self.loader is None:
             raise ConfigError(["this cache was started without a configuration to reload"])
         try:
-            new = self.loader()
+            new = await asyncio.to_thread(self.loader)  # (it reads a file)
         except ConfigError as e:
             for problem in e.problems:
                 log.error("reload refused, the configuration in use is kept: %s", problem)
@@ -212,6 +212,7 @@ class CacheServer:
         for conn in self.connections:
             conn.handler = proxy
         if old_proxy is not None:
+            self._retired = [p for p in self._retired if p.busy]
             self._retired.append(old_proxy)
         if old_neighbours is not None:
             old_neighbours.close()

@@ -131,6 +131,10 @@ class LeanPath:
         """The cache key for Cache-Status, if configured to name it."""
         return key if self._status_keys else None
 
+    @property
+    def busy(self) -> bool:
+        return bool(self._running)
+
     def begun(self, fetch: Step) -> None:
         self._running.add(fetch)
 

@@ -144,6 +144,11 @@ class Proxy:
             config, name, store, pool, self._fetcher, access_log, traffic, self.heuristics, tasks
         )
 
+    @property
+    def busy(self) -> bool:
+        """Whether fast-path fetches it started are still running (a retired proxy's)."""
+        return self.lean.busy
+
     def flights(self) -> list[Flight]:
         """The fetches in progress (for metrics)."""
         return self._fetcher.flights()
