@@ -6,9 +6,11 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,32 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"harvest-cache {__version__}")
     return p
+
+
+class JsonLines(logging.Formatter):
+    """The error log as one JSON object per line, for log collectors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def setup_logging(level: str, form: str) -> None:
+    handler = logging.StreamHandler()
+    if form == "json":
+        formatter: logging.Formatter = JsonLines()
+        formatter.converter = time.gmtime
+    else:
+        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 def _peer_flag(v: str) -> dict[str, Any]:
@@ -116,6 +144,8 @@ async def serve(config: Config, loader: Callable[[], Config]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: server.tasks.spawn(_reload(server), "reload"))
+    # After logrotate moved the access log away (Squid's -k rotate sends the same).
+    loop.add_signal_handler(signal.SIGUSR1, server.access_log.reopen)
     try:
         await stop.wait()
         log.info("stopping: finishing requests in progress")
@@ -140,9 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_config:
         print("configuration OK")
         return 0
-    logging.basicConfig(
-        level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(config.log.level, config.log.format)
     try:
         uvloop.run(serve(config, lambda: load(args.config, overrides(args))))
     except ConfigError as e:

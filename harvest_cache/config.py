@@ -427,6 +427,21 @@ class LogConfig:
     level: str = setting(
         "info", "Level of the error log on stderr.", choice("debug", "info", "warning", "error")
     )
+    format: str = setting(
+        "text",
+        "Form of the error log on stderr: `text` lines, or `json` (one object per line:"
+        " time, level, logger, message, exception).",
+        choice("text", "json"),
+    )
+    rotate_mb: int = setting(
+        0,
+        "Rotate the access log when it reaches this many MiB (access.log becomes"
+        " access.log.1...); 0: only on SIGUSR1, after an outside rotation (logrotate).",
+        integer(0, 1 << 20),
+    )
+    rotate_keep: int = setting(
+        5, "Rotated access logs kept (access.log.1 to .N).", integer(0, 1000)
+    )
 
 
 @dataclass(frozen=True, slots=True)

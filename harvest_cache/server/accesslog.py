@@ -15,8 +15,10 @@ import asyncio
 import contextlib
 import io
 import logging
+import os
 import string
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -139,26 +141,41 @@ def format_line(
     return head + line_tail(method, url, hierarchy, peer, user, content_type)
 
 
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """Rotate the file when it reaches ``max_bytes`` (0: never), keeping ``keep`` old ones."""
+
+    max_bytes: int = 0
+    keep: int = 5
+
+
 class _LogFile:
     """The open file and the one thread that touches it: a stalled disk stalls only that thread.
 
     One worker keeps batches in order; the loop's default executor stays free for other work.
     """
 
-    def __init__(self, path: Path, executor: ThreadPoolExecutor, file: io.FileIO) -> None:
+    def __init__(
+        self, path: Path, executor: ThreadPoolExecutor, file: io.FileIO, rotation: Rotation
+    ) -> None:
         self._path = path
         self._executor = executor
         self._file = file
+        self._rotation = rotation
+        self._size = 0  # bytes in the file (set when opened)
 
     @classmethod
-    async def open(cls, path: Path) -> _LogFile:
+    async def open(cls, path: Path, rotation: Rotation) -> _LogFile:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harvest-accesslog")
+        loop = asyncio.get_running_loop()
         try:
-            file = await asyncio.get_running_loop().run_in_executor(executor, _open, path)
+            file = await loop.run_in_executor(executor, _open, path)
         except OSError as e:
             executor.shutdown(wait=False)
             raise ConfigError([f"log.access_log: cannot open {path}: {e.strerror}"]) from None
-        return cls(path, executor, file)
+        log_file = cls(path, executor, file, rotation)
+        log_file._size = await loop.run_in_executor(executor, _length, file)
+        return log_file
 
     async def write(self, lines: list[bytes], reopen_at: int | None) -> None:
         """Write ``lines``; if ``reopen_at`` is set, those from that index go to a new file."""
@@ -181,11 +198,32 @@ class _LogFile:
 
     def _append(self, lines: list[bytes]) -> None:
         data = memoryview(b"".join(lines))
+        self._size += len(data)
         try:
             while data:  # an unbuffered write may be short
                 data = data[self._file.write(data) :]
         except OSError as e:
             log.error("access log: %d lines lost: cannot write %s: %s", len(lines), self._path, e)
+        limit = self._rotation.max_bytes
+        if limit and self._size >= limit:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """access.log becomes access.log.1 (and .1 becomes .2...), and a new file begins."""
+        keep = self._rotation.keep
+        try:
+            for n in range(keep - 1, 0, -1):
+                older = self._path.with_name(f"{self._path.name}.{n}")
+                if older.exists():
+                    older.rename(self._path.with_name(f"{self._path.name}.{n + 1}"))
+            if keep:
+                self._path.rename(self._path.with_name(f"{self._path.name}.1"))
+            else:
+                self._path.unlink()
+        except OSError as e:
+            log.error("access log: cannot rotate %s: %s", self._path, e)
+            return
+        self._reopen()
 
     def _reopen(self) -> None:
         try:
@@ -195,6 +233,12 @@ class _LogFile:
             return
         self._file.close()
         self._file = file
+        self._size = _length(file)
+
+
+def _length(file: io.FileIO) -> int:
+    """What the file held when opened (a pipe: 0); lines are appended after it."""
+    return os.fstat(file.fileno()).st_size
 
 
 def _open(path: Path) -> io.FileIO:
@@ -240,9 +284,13 @@ class AccessLog:
         flush_interval: float = 0.5,
         batch_bytes: int = 64 * KIB,
         max_pending_bytes: int = 64 * KIB * KIB,
+        rotation: Rotation | None = None,
     ) -> AccessLog:
-        """Open (creating parent directories) and start the writer; ConfigError if it can't."""
-        file = None if path is None else await _LogFile.open(path)
+        """Open (creating parent directories) and start the writer; ConfigError if it can't.
+        ``rotation``: when to rotate the file by size (besides ``reopen`` after an outside
+        rotation)."""
+        rotation = rotation or Rotation()
+        file = None if path is None else await _LogFile.open(path, rotation)
         access_log = cls(
             file,
             flush_interval=flush_interval,

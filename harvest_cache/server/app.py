@@ -16,7 +16,7 @@ from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.hierarchy.neighbours import Neighbours
 from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.metrics import Traffic
-from harvest_cache.server.accesslog import AccessLog
+from harvest_cache.server.accesslog import AccessLog, Rotation
 from harvest_cache.server.acl import address_in
 from harvest_cache.server.admin import AdminServer
 from harvest_cache.server.connection import ClientConnection
@@ -104,7 +104,8 @@ class CacheServer:
         """``loader`` reads the configuration again, for reloads (SIGHUP, the admin action)."""
         store = await open_store(config.cache)
         resolver = await Resolver.open(config.dns)
-        access_log = await AccessLog.open(config.log.access_log)
+        rotation = Rotation(config.log.rotate_mb * 1024 * 1024, config.log.rotate_keep)
+        access_log = await AccessLog.open(config.log.access_log, rotation=rotation)
         self = cls(config, store, resolver, access_log)
         self.loader = loader
         try:

@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from harvest_cache.errors import ConfigError
-from harvest_cache.server.accesslog import AccessLog, Hierarchy, Result, format_line
+from harvest_cache.server.accesslog import (
+    AccessLog,
+    Hierarchy,
+    Result,
+    Rotation,
+    format_line,
+)
 
 BASE: dict[str, Any] = {
     "now": 1732950000.123,
@@ -316,3 +322,34 @@ async def test_lines_beyond_the_pending_limit_are_dropped_and_counted(
     await access_log.close()
     await asyncio.to_thread(stalled.join, 5)
     assert stalled.data == LINE * (count - access_log.dropped)
+
+
+async def test_the_log_rotates_by_size_keeping_the_newest_files(tmp_path: Path) -> None:
+    path = tmp_path / "access.log"
+    rotation = Rotation(max_bytes=3 * len(LINE), keep=2)
+    access_log = await AccessLog.open(path, flush_interval=60, batch_bytes=1, rotation=rotation)
+    for _ in range(10):  # each line is its own batch (batch_bytes=1)
+        access_log.write(LINE)
+        await asyncio.sleep(0.01)
+    await access_log.close()
+
+    def files() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(tmp_path.iterdir())}
+
+    held = await asyncio.to_thread(files)
+    assert set(held) == {"access.log", "access.log.1", "access.log.2"}  # no .3: keep=2
+    assert held["access.log.1"] == LINE * 3
+    assert held["access.log.2"] == LINE * 3
+    assert held["access.log"] == LINE  # 10 lines: 3 + 3 (kept) + 3 (dropped) + 1
+
+
+async def test_rotation_counts_what_the_file_held_before(tmp_path: Path) -> None:
+    path = tmp_path / "access.log"
+    await asyncio.to_thread(path.write_bytes, LINE * 2)
+    rotation = Rotation(max_bytes=3 * len(LINE), keep=1)
+    access_log = await AccessLog.open(path, flush_interval=60, batch_bytes=1, rotation=rotation)
+    access_log.write(LINE)
+    await asyncio.sleep(0.05)
+    await access_log.close()
+    assert await read(tmp_path / "access.log.1") == LINE * 3
+    assert await read(path) == b""
