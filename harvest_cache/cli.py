@@ -22,6 +22,7 @@ from harvest_cache.config import Config, ConfigError, load, reference
 from harvest_cache.errors import HarvestCacheError
 from harvest_cache.hierarchy.peers import peer_flag
 from harvest_cache.server.app import CacheServer
+from harvest_cache.workers import Channel, Supervisor, worker_argv
 
 log = logging.getLogger("harvest_cache")
 
@@ -54,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
         help="a parent or sibling cache (repeatable; replaces the file's peers; ICP port 3130"
         " if not given, 0: none)",
     )
+    p.add_argument("--workers", type=int, metavar="N", help="worker processes (default 1)")
+    # (set by the supervisor of several workers on each: its control channel's descriptor)
+    p.add_argument("--worker-channel", type=int, help=argparse.SUPPRESS)
     p.add_argument(
         "--check-config", action="store_true", help="validate the configuration and exit"
     )
@@ -107,6 +111,7 @@ def overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         ("disk_mb", "cache", "disk_mb"),
         ("icp_port", "icp", "port"),
         ("admin_listen", "admin", "listen"),
+        ("workers", "server", "workers"),
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -135,9 +140,18 @@ async def _reload(server: CacheServer) -> None:
         await server.reload_config()
 
 
-async def serve(config: Config, loader: Callable[[], Config]) -> None:
-    """Run the cache until SIGTERM or SIGINT; SIGHUP reloads the configuration."""
+async def serve(
+    config: Config, loader: Callable[[], Config], channel_fd: int | None = None
+) -> None:
+    """Run the cache until SIGTERM or SIGINT; SIGHUP reloads the configuration.
+    ``channel_fd``: this process is one of several workers, and that its supervisor."""
     server = await CacheServer.start(config, loader)
+    channel = None
+    if channel_fd is not None:
+        channel = await Channel.open(channel_fd, server.store.memory.delete)
+        server.store.on_delete = lambda key: channel.send({"deleted": key})
+        if server.admin is not None:
+            channel.send({"admin": server.admin.address[1]})
     tune_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -151,6 +165,8 @@ async def serve(config: Config, loader: Callable[[], Config]) -> None:
         log.info("stopping: finishing requests in progress")
     finally:
         await server.stop()
+        if channel is not None:
+            channel.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,8 +187,16 @@ def main(argv: list[str] | None = None) -> int:
         print("configuration OK")
         return 0
     setup_logging(config.log.level, config.log.format)
+
+    def loader() -> Config:
+        return load(args.config, overrides(args))
+
     try:
-        uvloop.run(serve(config, lambda: load(args.config, overrides(args))))
+        if args.worker_channel is None and config.server.workers > 1:
+            supervisor = Supervisor(config, worker_argv(argv), config.server.workers)
+            uvloop.run(supervisor.run())
+        else:
+            uvloop.run(serve(config, loader, args.worker_channel))
     except ConfigError as e:
         for problem in e.problems:
             print(f"harvest-cache: {problem}", file=sys.stderr)

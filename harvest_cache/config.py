@@ -244,6 +244,12 @@ class ServerConfig:
         " the URL, or for a response that varies, the URL with the selecting request fields.",
         boolean,
     )
+    workers: int = setting(
+        1,
+        "Processes answering requests (`--workers`), sharing the listening port (SO_REUSEPORT)"
+        " and the disk tier; each has its own memory tier. See docs/operations.md.",
+        integer(1, 256),
+    )
     max_connections: int = setting(
         10000,
         "Client connections open at once; further ones are closed at once.",

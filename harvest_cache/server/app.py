@@ -96,6 +96,7 @@ class CacheServer:
         self.name = config.server.name
         self.proxy: Proxy | None = None
         self.icp: IcpEndpoint | None = None
+        self.icp_queries: IcpEndpoint | None = None  # (with several workers)
         self._server: asyncio.Server | None = None
         self.address: tuple[str, int] = (config.server.listen.host, config.server.listen.port)
 
@@ -127,7 +128,12 @@ class CacheServer:
         loop = asyncio.get_running_loop()
         listen = self.config.server.listen
         self._server = await loop.create_server(
-            self._new_connection, listen.host, listen.port, reuse_address=True, backlog=1024
+            self._new_connection,
+            listen.host,
+            listen.port,
+            reuse_address=True,
+            reuse_port=self.config.server.workers > 1,  # (workers share the port)
+            backlog=1024,
         )
         sockname = self._server.sockets[0].getsockname()
         self.address = (sockname[0], sockname[1])
@@ -173,12 +179,15 @@ class CacheServer:
         )
 
     async def _start_hierarchy(self) -> None:
+        assert self.proxy is not None
+        sender = self.icp_queries or self.icp
+        reply = self.neighbours.reply if self.neighbours is not None else None
         if self.icp is not None:
-            assert self.proxy is not None
-            reply = self.neighbours.reply if self.neighbours is not None else None
-            self.icp.retarget(self.proxy.heuristics, reply)
+            self.icp.retarget(self.proxy.heuristics, reply if sender is self.icp else None)
+        if self.icp_queries is not None:
+            self.icp_queries.retarget(self.proxy.heuristics, reply)
         if self.neighbours is not None:
-            await self.neighbours.start(self.resolver, self.icp, self.digests)
+            await self.neighbours.start(self.resolver, sender, self.digests)
             for peer in self.config.hierarchy.peers:
                 log.info("peer: %s", peer)
         if self.digests is not None:
@@ -240,10 +249,24 @@ class CacheServer:
             self.tasks,
             origin_rtt=self.pool.rtt,
         )
-        await asyncio.get_running_loop().create_datagram_endpoint(
-            lambda: endpoint, local_addr=(host, port)
+        loop = asyncio.get_running_loop()
+        shared = self.config.server.workers > 1
+        await loop.create_datagram_endpoint(
+            lambda: endpoint, local_addr=(host, port), reuse_port=shared
         )
         self.icp = endpoint
+        if shared:
+            # The kernel picks one worker for all of a peer's datagrams to the shared port, so
+            # a worker's own queries leave, and their replies come back, on a port of its own.
+            queries = IcpEndpoint(
+                self.store,
+                self.proxy.heuristics,
+                lambda ip: False,
+                lambda: False,
+                self.tasks,
+            )
+            await loop.create_datagram_endpoint(lambda: queries, local_addr=(host, 0))
+            self.icp_queries = queries
         log.info("ICP on %s:%d", host, port)
 
     def _new_connection(self) -> asyncio.Protocol:
@@ -261,8 +284,9 @@ class CacheServer:
             self._server.close()
         if self.admin is not None:
             await self.admin.close()
-        if self.icp is not None:
-            self.icp.close()
+        for endpoint in (self.icp, self.icp_queries):
+            if endpoint is not None:
+                endpoint.close()
         if self.neighbours is not None:
             self.neighbours.close()
         if self._digest_task is not None:

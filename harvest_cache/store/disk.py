@@ -28,12 +28,15 @@ every commit and the number of evicted rows can be counted.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import sqlite3
 import threading
 import uuid
 import zlib
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -142,28 +145,61 @@ def _new_body_key() -> str:
     return "b:" + uuid.uuid4().hex
 
 
+def _remove_dead_spools(spools: Path) -> None:
+    """Remove spool directories of processes that are gone (and files of older versions)."""
+    for entry in spools.iterdir():
+        if entry.is_file():
+            entry.unlink()
+        elif not (entry.name.isdigit() and _alive(int(entry.name))):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: alive
+    return True
+
+
 class DiskTier:
     """Objects and Vary markers in a size-bounded diskcache.Cache (see the module docstring)."""
 
-    def __init__(self, cache: diskcache.Cache, tmp: Path) -> None:
+    def __init__(self, cache: diskcache.Cache, tmp: Path, lock_fd: int) -> None:
         self._cache = cache
         self._tmp = tmp
         self._min_file_size = int(cache.disk.min_file_size)
-        # Serialises mutations, so no cull or delete can run between a commit and its rename
-        # (it would remove a file that is not there yet, and the rename would leave an orphan).
+        # Serialise mutations, so no cull or delete can run between a commit and its rename
+        # (it would remove a file that is not there yet, and the rename would leave an orphan):
+        # between this process's threads, and (a file lock) between the processes of a cache
+        # with several workers.
         self._lock = threading.Lock()
+        self._lock_fd = lock_fd
+
+    @contextmanager
+    def _mutating(self) -> Iterator[None]:
+        with self._lock:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def __repr__(self) -> str:
         return f"<DiskTier {self._cache.directory}>"
 
     @classmethod
     def open(cls, directory: Path, size_limit: int) -> DiskTier:
-        """Open or create the tier in ``directory``, removing spools left by a dead process."""
-        tmp = directory / "tmp"
+        """Open or create the tier in ``directory``, removing spools left by dead processes
+        (each process spools in a directory of its own: workers share the tier)."""
+        spools = directory / "tmp"
+        tmp = spools / str(os.getpid())
         try:
             tmp.mkdir(parents=True, exist_ok=True)
-            for leftover in tmp.iterdir():
-                leftover.unlink()
+            _remove_dead_spools(spools)
+            lock_fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
             cache = diskcache.Cache(
                 directory / "objects",
                 disk=_StagingDisk,
@@ -174,7 +210,7 @@ class DiskTier:
             )
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot open the disk tier in {directory}: {e}") from e
-        return cls(cache, tmp)
+        return cls(cache, tmp, lock_fd)
 
     def new_spool(self) -> Spool:
         """A spool for one body; no I/O until its first append."""
@@ -212,7 +248,7 @@ class DiskTier:
                 spool.append([body])
             if spool is not None:
                 spool.finish()
-            with self._lock:
+            with self._mutating():
                 if spool is None:
                     assert isinstance(body, bytes)
                     self._store(key, ObjectRecord(head, _new_body_key(), zlib.crc32(body)), body)
@@ -230,7 +266,7 @@ class DiskTier:
     def put_marker(self, key: str, marker: VaryMarker) -> int:
         """Store a Vary marker under ``key``; returns the number of rows evicted."""
         try:
-            with self._lock:
+            with self._mutating():
                 self._store(key, marker, None)
                 return self._cull()
         except STORAGE_ERRORS as e:
@@ -239,7 +275,7 @@ class DiskTier:
     def update_head(self, key: str, head: StoredHead) -> None:
         """Rewrite an object's record only; the body is unchanged, so its length is kept."""
         try:
-            with self._lock, self._cache.transact():
+            with self._mutating(), self._cache.transact():
                 old = self._record_or_none(key)
                 if isinstance(old, ObjectRecord):
                     new_head = replace(head, body_length=old.head.body_length)
@@ -250,7 +286,7 @@ class DiskTier:
 
     def delete(self, key: str) -> None:
         try:
-            with self._lock:
+            with self._mutating():
                 self._delete(key)
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot delete {key!r}: {e}") from e
@@ -270,6 +306,11 @@ class DiskTier:
         """
         barrier.wait()
         self._cache.close()
+
+    def release(self) -> None:
+        """Let go of the file lock and this process's spool directory (after the last use)."""
+        os.close(self._lock_fd)
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
     # -- under the lock ----------------------------------------------------------------------
 

@@ -70,6 +70,8 @@ class TieredStore:
         self.max_object = max_object
         self.read_failures = 0
         self.write_failures = 0
+        # Told of each deletion: other processes sharing the disk tier drop their copies.
+        self.on_delete: Callable[[str], None] | None = None
         self.disk_evictions = 0  # diskcache rows culled: a head or a body each
         self._disk = disk
         self._executor = executor
@@ -148,6 +150,8 @@ class TieredStore:
     async def delete(self, key: str) -> None:
         self._changing(key)
         self.memory.delete(key)
+        if self.on_delete is not None:
+            self.on_delete(key)
         if self._disk is not None:
             await self._write_disk(self._disk.delete, key)
 
@@ -163,6 +167,7 @@ class TieredStore:
                 barrier = threading.Barrier(EXECUTOR_THREADS, timeout=30)
                 close = self._disk.close_connection
                 await asyncio.gather(*(self._run(close, barrier) for _ in range(EXECUTOR_THREADS)))
+                await self._run(self._disk.release)
         finally:
             await asyncio.to_thread(self._executor.shutdown)
 

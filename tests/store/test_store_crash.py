@@ -66,7 +66,8 @@ def expected_body(version: int) -> bytes:
 
 
 def spools(directory: Path) -> list[Path]:
-    return list((directory / "tmp").iterdir())
+    """Spool files left anywhere under tmp/ (each process spools in a directory of its own)."""
+    return [p for p in (directory / "tmp").rglob("*") if p.is_file()]
 
 
 def read_whole(body: FileBody) -> bytes:

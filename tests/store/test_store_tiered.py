@@ -93,7 +93,8 @@ def body_files(cfg: CacheConfig) -> dict[Path, int]:
 
 
 def spools(cfg: CacheConfig) -> list[Path]:
-    return list((cfg.dir / "tmp").iterdir())
+    """Spool files left anywhere under tmp/ (each process spools in a directory of its own)."""
+    return [p for p in (cfg.dir / "tmp").rglob("*") if p.is_file()]
 
 
 @pytest.fixture
@@ -354,9 +355,15 @@ async def test_reopened_store_serves_what_was_committed(cfg: CacheConfig) -> Non
 async def test_open_removes_leftover_spools(cfg: CacheConfig) -> None:
     store = await open_store(cfg)
     await store.close()
-    (cfg.dir / "tmp" / "dead-writer.part").write_bytes(b"partial")
+    (cfg.dir / "tmp" / "dead-writer.part").write_bytes(b"partial")  # an older layout's
+    dead = cfg.dir / "tmp" / "999999999"  # a process that is gone
+    dead.mkdir()
+    (dead / "writer.part").write_bytes(b"partial")
+    alive = cfg.dir / "tmp" / "1"  # init: a live process, perhaps another worker
+    alive.mkdir()
+    (alive / "writer.part").write_bytes(b"in progress")
     store = await open_store(cfg)
-    assert spools(cfg) == []
+    assert spools(cfg) == [alive / "writer.part"]
     await store.close()
 
 
