@@ -16,20 +16,36 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import cast
 
 from harvest_cache.errors import IcpError, RequestError
 from harvest_cache.hierarchy.icp import FLAG_SRC_RTT, IcpMessage, Opcode, decode, encode, reply
-from harvest_cache.hierarchy.responder import answer_opcode
+from harvest_cache.hierarchy.responder import answer_opcode, hit_until
 from harvest_cache.http.freshness import HeuristicRules
 from harvest_cache.http.target import Target, parse_absolute
 from harvest_cache.server.tasks import TaskSet
-from harvest_cache.store.interface import ObjectStore, StoredObject
+from harvest_cache.store.interface import Found, ObjectStore, StoredObject
 
 log = logging.getLogger("harvest_cache")
 
 MAX_PENDING = 256
 Address = tuple[str, int]
+_QUERY_V2 = b"\x01\x02"
+_NO_OPTIONS = b"\x00\x00\x00\x00"
+_NO_FIELDS = bytes(12)  # options, option data, sender address
+_KNOWN = 65536  # URLs whose answers are remembered (all forgotten when full)
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """An answer given for ``url``: valid while the memory tier holds exactly ``found``
+    (and, for a HIT, until ``until``)."""
+
+    url: str
+    found: Found | None
+    hit: bool
+    until: float
 
 
 class IcpEndpoint(asyncio.DatagramProtocol):
@@ -59,11 +75,17 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         self._pending = 0
         self.answered: dict[str, int] = {}
         self.dropped = 0
+        # Answers by the URL as queries spell it, and who may ask (both rebuilt on a reload).
+        self._known: dict[bytes, _Known] = {}
+        self._allowed_ips: dict[str, bool] = {}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: Address) -> None:
+        # A plain query (no options) for a URL answered before: answered from the memo.
+        if data[:2] == _QUERY_V2 and data[8:12] == _NO_OPTIONS and self._answer_known(data, addr):
+            return
         try:
             message = decode(data)
         except IcpError:
@@ -87,6 +109,51 @@ class IcpEndpoint(asyncio.DatagramProtocol):
             self._tasks.spawn(self._answer_from_disk(message, addr, target), f"icp {target.url}")
             return
         self._answer(message, addr, target, found)
+        if found is not None or not self._store.has_disk:
+            self._remember(data, target, found)
+
+    def _remember(self, data: bytes, target: Target, found: Found | None) -> None:
+        """Keep the answer for this URL as the query spelt it, while what the memory tier
+        holds for it stays the same (and, for a HIT, fresh enough)."""
+        if len(self._known) >= _KNOWN:
+            self._known.clear()
+        obj = found if isinstance(found, StoredObject) else None
+        hit, until = hit_until(obj, time.time(), self._heuristics.for_url(target.url))
+        self._known[data[24:-1]] = _Known(target.url, found, hit is not None, until)
+
+    def _answer_known(self, data: bytes, addr: Address) -> bool:
+        """Answer ``data`` from the memo; False if it must take the full path."""
+        known = self._known.get(data[24:-1])
+        if (
+            known is None
+            or data[-1] != 0
+            or int.from_bytes(data[2:4], "big") != len(data)
+            or self._store.get_memory(known.url) is not known.found
+        ):
+            return False
+        allowed = self._allowed_ips.get(addr[0])
+        if allowed is None:
+            allowed = self._allowed_ips[addr[0]] = self._allowed(addr[0])
+        if not allowed:
+            return False
+        if known.hit:
+            if time.time() >= known.until:
+                return False
+            opcode = Opcode.HIT
+        else:
+            opcode = Opcode.MISS if self._fetching() else Opcode.MISS_NOFETCH
+        self.answered[opcode.name] = self.answered.get(opcode.name, 0) + 1
+        # The query's request number and URL echoed; no options, no requester field.
+        reply = b"%c\x02%b%b%b%b" % (
+            opcode,
+            (len(data) - 4).to_bytes(2, "big"),
+            data[4:8],
+            _NO_FIELDS,
+            data[24:],
+        )
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.sendto(reply, addr)
+        return True
 
     async def _answer_from_disk(self, message: IcpMessage, addr: Address, target: Target) -> None:
         try:
@@ -129,6 +196,8 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         """Use these freshness rules and this taker of replies from now on (a reload)."""
         self._heuristics = heuristics
         self._on_reply = on_reply
+        self._known.clear()  # (the rules they were judged by changed)
+        self._allowed_ips.clear()
 
     def send(self, data: bytes, addr: Address) -> None:
         """Send a datagram (an answer, or one of our queries) from the ICP port."""

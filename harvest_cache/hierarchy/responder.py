@@ -29,13 +29,29 @@ def answer_opcode(
     nothing, or a Vary marker): HIT for an object fresh for at least ``HIT_MIN_TTL`` more
     seconds, else MISS, or MISS_NOFETCH when we would rather not fetch misses for others
     now (``fetching`` false: overloaded)."""
-    if found is not None and fresh_for(found.head, HIT_MIN_TTL, now, heuristic):
-        return Opcode.HIT
-    return Opcode.MISS if fetching else Opcode.MISS_NOFETCH
+    return hit_until(found, now, heuristic)[0] or (Opcode.MISS if fetching else Opcode.MISS_NOFETCH)
+
+
+def hit_until(
+    found: StoredObject | None, now: float, heuristic: Heuristic
+) -> tuple[Opcode | None, float]:
+    """(HIT, the time until which ``found`` stays one) or (None, infinity: it stays a miss
+    for as long as it is what is stored)."""
+    if found is not None:
+        ttl = fresh_ttl(found.head, now, heuristic)
+        if ttl is not None and ttl >= HIT_MIN_TTL:
+            return Opcode.HIT, now + ttl - HIT_MIN_TTL
+    return None, float("inf")
 
 
 def fresh_for(head: StoredHead, seconds: float, now: float, heuristic: Heuristic) -> bool:
     """Whether a stored response may be given to another cache without validation now and
     for ``seconds`` more (what a peer is promised by a HIT or a digest entry)."""
+    ttl = fresh_ttl(head, now, heuristic)
+    return ttl is not None and ttl >= seconds
+
+
+def fresh_ttl(head: StoredHead, now: float, heuristic: Heuristic) -> float | None:
+    """How long a stored response stays fresh for any request; None if it is not now."""
     reuse = evaluate(head, _NO_DIRECTIVES, now, heuristic)
-    return isinstance(reuse, Fresh) and reuse.reason == "fresh" and reuse.ttl >= seconds
+    return reuse.ttl if isinstance(reuse, Fresh) and reuse.reason == "fresh" else None

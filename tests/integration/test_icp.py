@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import cast
 
 import pytest
@@ -232,3 +233,47 @@ async def test_rfc2186_many_queries_each_answered_with_its_number(
 async def test_icp_is_off_unless_a_port_is_configured(make_cache: MakeCache, peer: Querier) -> None:
     cache = await make_cache()
     assert cache.icp is None
+
+
+async def test_repeated_queries_follow_what_the_memory_tier_holds(
+    origin: Origin, make_cache: MakeCache, peer: Querier
+) -> None:
+    """Answers are remembered per URL for speed: they must still change when the object
+    does (stored, purged, stored again) and when a HIT would no longer be fresh enough."""
+    cache = await icp_cache(make_cache, cache={"disk_mb": 0})
+    origin.route("/m", static(b"m", {"Cache-Control": "max-age=600"}))
+    origin.route("/short", static(b"s", {"Cache-Control": "max-age=31"}))
+    url, short = origin.url("/m"), origin.url("/short")
+    port = icp_port(cache)
+    assert (await peer.answer(port, query(1, url))).opcode is Opcode.MISS
+    assert (await peer.answer(port, query(2, url))).opcode is Opcode.MISS
+    async with proxy_client(cache) as client:
+        await store(client, url)
+        await store(client, short)
+    for n in (3, 4):
+        answer = await peer.answer(port, query(n, url))
+        assert (answer.opcode, answer.request_number, answer.url) == (Opcode.HIT, n, url)
+    assert await cache.store.purge(url)
+    assert (await peer.answer(port, query(5, url))).opcode is Opcode.MISS
+    async with proxy_client(cache) as client:
+        await store(client, url)
+    assert (await peer.answer(port, query(6, url))).opcode is Opcode.HIT
+    # Fresh for 31 s: a HIT for about one second, then a MISS (less than 30 s left).
+    assert (await peer.answer(port, query(7, short))).opcode is Opcode.HIT
+    await asyncio.sleep(1.2)
+    assert (await peer.answer(port, query(8, short))).opcode is Opcode.MISS
+
+
+async def test_a_reload_that_narrows_icp_allow_takes_effect_for_remembered_answers(
+    origin: Origin, make_cache: MakeCache, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache, cache={"disk_mb": 0})
+    origin.route("/r", static(b"r", {"Cache-Control": "max-age=600"}))
+    url = origin.url("/r")
+    async with proxy_client(cache) as client:
+        await store(client, url)
+    port = icp_port(cache)
+    assert (await peer.answer(port, query(1, url))).opcode is Opcode.HIT
+    narrowed = replace(cache.config, icp=replace(cache.config.icp, allow=()))
+    await cache.reload(narrowed)
+    assert (await peer.answer(port, query(2, url))).opcode is Opcode.DENIED
