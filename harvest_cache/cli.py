@@ -149,7 +149,7 @@ async def serve(
     channel = None
     if channel_fd is not None:
         channel = await Channel.open(channel_fd, server.store.memory.delete)
-        server.store.on_delete = lambda key: channel.send({"deleted": key})
+        server.store.on_change = lambda key: channel.send({"changed": key})
         if server.admin is not None:
             channel.send({"admin": server.admin.address[1]})
     tune_gc()

@@ -7,8 +7,9 @@ several processes; the tier's own file lock orders commits). Each has its own me
 
 What must stay one cache goes through the supervisor:
 
-- Deletions (PURGE, invalidation by unsafe methods): a worker tells the supervisor, which
-  tells the others to drop their memory copies.
+- Changes to the store (a new object or head, PURGE, invalidation by unsafe methods): a
+  worker tells the supervisor, which tells the others to drop their memory copies, so that
+  they read the newest from the shared disk tier (or fetch it again without one).
 - Metrics and the cache manager: the supervisor owns ``admin.listen``; a scrape there returns
   the sum over the workers' own admin listeners (on loopback, ephemeral ports), plus the
   supervisor's ``harvest_cache_workers`` and ``harvest_cache_worker_restarts_total``. Admin
@@ -17,8 +18,8 @@ What must stay one cache goes through the supervisor:
   SIGINT make every worker drain and stop. A worker that dies otherwise is started again.
 
 Each worker's channel is a socket pair of JSON lines: the worker announces its admin port
-(``{"admin": port}``) and its deletions (``{"deleted": key}``); the supervisor sends
-the others' deletions (``{"drop": key}``).
+(``{"admin": port}``) and its changes (``{"changed": key}``); the supervisor sends the
+others' changes (``{"drop": key}``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ _SCRAPE_TIMEOUT = 10.0
 
 
 class Channel(asyncio.Protocol):
-    """A worker's end of its supervisor channel. ``dropped(key)`` is called for deletions in
+    """A worker's end of its supervisor channel. ``dropped(key)`` is called for changes in
     other workers."""
 
     def __init__(self, dropped: Callable[[str], None]) -> None:
@@ -86,7 +87,7 @@ class Channel(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._closing:
             return
-        # The supervisor is gone: nobody would stop this worker or pass on its deletions.
+        # The supervisor is gone: nobody would stop this worker or pass on its changes.
         log.error("the supervisor went away; stopping")
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -204,8 +205,8 @@ class Supervisor:
             message = json.loads(line)
             if "admin" in message:
                 worker.admin_port = int(message["admin"])
-            elif "deleted" in message:
-                out = json.dumps({"drop": message["deleted"]}).encode() + b"\n"
+            elif "changed" in message:
+                out = json.dumps({"drop": message["changed"]}).encode() + b"\n"
                 for other in self.workers.values():
                     if other is not worker and other.writer is not None:
                         other.writer.write(out)

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import cast
 
 import aiohttp
 from aiohttp import web
 
 from harvest_cache.config import Config, from_mapping
+from harvest_cache.hierarchy.icp import IcpMessage, decode, encode
 from harvest_cache.server.app import CacheServer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MakeCache = Callable[..., Awaitable[CacheServer]]
+REPO = Path(__file__).resolve().parents[1]
 
 
 class Origin:
@@ -449,3 +457,150 @@ async def read_request_head(reader: asyncio.StreamReader) -> tuple[str, list[tup
     lines = head[:-4].decode("latin-1").split("\r\n")
     fields = [(n.strip(), v.strip()) for n, _, v in (line.partition(":") for line in lines[1:])]
     return lines[0], fields
+
+
+# -- configuration files for caches run as programs ---------------------------------------------
+
+
+def toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | Path):
+        return json.dumps(str(value))  # (a TOML basic string for the plain text used here)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+def toml(sections: Mapping[str, Mapping[str, object]]) -> str:
+    """A TOML document: one table per section; a list of tables as ``[[section.key]]``."""
+    out: list[str] = []
+    for name, table in sections.items():
+        out.append(f"[{name}]")
+        arrays: list[tuple[str, list[Mapping[str, object]]]] = []
+        for key, value in table.items():
+            if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+                arrays.append((key, value))
+            else:
+                out.append(f"{key} = {toml_value(value)}")
+        for key, items in arrays:
+            for item in items:
+                out.append(f"[[{name}.{key}]]")
+                out.extend(f"{k} = {toml_value(v)}" for k, v in item.items())
+        out.append("")
+    return "\n".join(out)
+
+
+def write_config(path: Path, sections: Mapping[str, Mapping[str, object]]) -> None:
+    # Write then rename, so that a reload never reads half a file.
+    part = path.with_suffix(".part")
+    part.write_text(toml(sections), encoding="utf-8")
+    part.replace(path)
+
+
+def program_config(
+    home: Path, listen: str, admin_listen: str, token: str, **sections: Mapping[str, object]
+) -> dict[str, dict[str, object]]:
+    """A cache's configuration for running it as a program: loopback addresses, its own
+    store and access log under ``home``, no DNS, no digests; ``sections`` merged in."""
+    raw: dict[str, dict[str, object]] = {
+        "server": {"listen": listen, "name": "program-cache"},
+        "cache": {"dir": str(home / "cache"), "memory_mb": 64, "disk_mb": 256},
+        "log": {"access_log": str(home / "access.log")},
+        "dns": {"hosts_file": "none", "nameservers": ["127.0.0.1:9"]},
+        "upstream": {"connect_timeout": 2.0, "read_timeout": 5.0},
+        "admin": {"listen": admin_listen, "token": token},
+        "hierarchy": {"digests": False},
+    }
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    return raw
+
+
+async def promtool_check(text: str) -> None:
+    """``promtool check metrics`` on an exposition: exit status 0 and not a word said.
+    Without promtool the test fails: it is part of the test environment (scripts/test.sh)."""
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    assert os.access(promtool, os.X_OK), f"promtool is missing ({promtool})"
+    proc = await asyncio.create_subprocess_exec(
+        promtool,
+        "check",
+        "metrics",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(10):
+            out, err = await proc.communicate(text.encode())
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    said = (out + err).decode("utf-8", "replace").strip()
+    assert proc.returncode == 0, f"promtool exit {proc.returncode}: {said}"
+    assert said == "", f"promtool complained: {said}"
+
+
+# -- ICP ----------------------------------------------------------------------------------------
+
+
+class Querier(asyncio.DatagramProtocol):
+    """A peer cache's ICP socket: sends datagrams, keeps what comes back and from where."""
+
+    def __init__(self) -> None:
+        self.replies: asyncio.Queue[tuple[bytes, tuple[str, int]]] = asyncio.Queue()
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # (uvloop's transports implement DatagramTransport without subclassing it)
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.replies.put_nowait((data, addr))
+
+    async def ask(self, port: int, data: bytes, within: float = 2.0) -> tuple[bytes, int] | None:
+        """Send ``data`` to the cache's ICP port; the reply and the port it came from, or
+        None if nothing came within ``within`` seconds."""
+        assert self.transport is not None
+        self.transport.sendto(data, ("127.0.0.1", port))
+        try:
+            async with asyncio.timeout(within):
+                reply, addr = await self.replies.get()
+        except TimeoutError:
+            return None
+        return reply, addr[1]
+
+    async def answer(self, port: int, message: IcpMessage, within: float = 2.0) -> IcpMessage:
+        """The reply to ``message``, which must come from the port it was sent to."""
+        got = await self.ask(port, encode(message), within)
+        assert got is not None, "no ICP reply"
+        reply, source = got
+        assert source == port  # from the socket the query went to, as Squid requires
+        return decode(reply)
+
+
+@contextlib.asynccontextmanager
+async def udp_querier() -> AsyncIterator[Querier]:
+    """A peer cache's ICP socket on loopback, closed afterwards (an open one would hang the
+    loop's shutdown)."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_datagram_endpoint(Querier, local_addr=("127.0.0.1", 0))
+    try:
+        yield protocol
+    finally:
+        transport.close()
+
+
+def spawn(config: Path, stderr: Path) -> subprocess.Popen[bytes]:
+    """``python -m harvest_cache --config FILE``, its stderr to the file ``stderr``."""
+    with stderr.open("wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "harvest_cache", "--config", str(config)],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )

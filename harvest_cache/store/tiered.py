@@ -70,8 +70,9 @@ class TieredStore:
         self.max_object = max_object
         self.read_failures = 0
         self.write_failures = 0
-        # Told of each deletion: other processes sharing the disk tier drop their copies.
-        self.on_delete: Callable[[str], None] | None = None
+        # Told of each change once the disk tier has it (a new object, head or marker, or a
+        # deletion): other processes sharing the disk tier drop their memory copies.
+        self.on_change: Callable[[str], None] | None = None
         self.disk_evictions = 0  # diskcache rows culled: a head or a body each
         self._disk = disk
         self._executor = executor
@@ -116,6 +117,7 @@ class TieredStore:
         self.memory.put(key, marker)
         if self._disk is not None:
             await self._write_disk(self._disk.put_marker, key, marker)
+        self._tell(key)
 
     def open_writer(self, key: str, expected_length: int | None) -> TieredWriter | None:
         too_big = expected_length is not None and expected_length > self.max_object
@@ -133,6 +135,7 @@ class TieredStore:
             self.memory.put(key, StoredObject(head, body, "memory"))
         else:
             self.memory.bypass(key)
+        self._tell(key)
         return True
 
     async def update_head(self, key: str, head: StoredHead) -> None:
@@ -144,16 +147,16 @@ class TieredStore:
         self._changing(key)
         self.memory.replace_head(key, head)
         if self._disk is None:
+            self._tell(key)
             return None
-        return self._write_disk(self._disk.update_head, key, head)
+        return self._then_tell(key, self._write_disk(self._disk.update_head, key, head))
 
     async def delete(self, key: str) -> None:
         self._changing(key)
         self.memory.delete(key)
-        if self.on_delete is not None:
-            self.on_delete(key)
         if self._disk is not None:
             await self._write_disk(self._disk.delete, key)
+        self._tell(key)
 
     async def close(self) -> None:
         """Abort unfinished writers, close every thread's SQLite connection, stop the threads."""
@@ -218,6 +221,15 @@ class TieredStore:
             self.memory.bypass(key)
         if self._disk is not None:
             await self._write_disk(self._disk.commit, key, head, stored)
+        self._tell(key)
+
+    def _tell(self, key: str) -> None:
+        if self.on_change is not None:
+            self.on_change(key)
+
+    async def _then_tell(self, key: str, write: Coroutine[Any, Any, None]) -> None:
+        await write
+        self._tell(key)
 
     def _writer_done(self, writer: TieredWriter) -> None:
         self._writers.discard(writer)

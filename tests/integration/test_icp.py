@@ -6,48 +6,22 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import cast
 
 import pytest
 from aiohttp import web
 
 from harvest_cache.hierarchy.icp import IcpMessage, Opcode, decode, encode, query
 from harvest_cache.server.app import CacheServer
-from tests.support import MakeCache, Origin, ProxyClient, free_udp_port, proxy_client, static
-
-
-class Querier(asyncio.DatagramProtocol):
-    """A peer cache's ICP socket: sends datagrams, keeps what comes back and from where."""
-
-    def __init__(self) -> None:
-        self.replies: asyncio.Queue[tuple[bytes, tuple[str, int]]] = asyncio.Queue()
-        self.transport: asyncio.DatagramTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # (uvloop's transports implement DatagramTransport without subclassing it)
-        self.transport = cast(asyncio.DatagramTransport, transport)
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        self.replies.put_nowait((data, addr))
-
-    async def ask(self, port: int, data: bytes, within: float = 2.0) -> tuple[bytes, int] | None:
-        """Send ``data`` to the cache's ICP port; the reply and the port it came from, or
-        None if nothing came within ``within`` seconds."""
-        assert self.transport is not None
-        self.transport.sendto(data, ("127.0.0.1", port))
-        try:
-            async with asyncio.timeout(within):
-                reply, addr = await self.replies.get()
-        except TimeoutError:
-            return None
-        return reply, addr[1]
-
-    async def answer(self, port: int, message: IcpMessage) -> IcpMessage:
-        got = await self.ask(port, encode(message))
-        assert got is not None, "no ICP reply"
-        reply, source = got
-        assert source == port  # from the socket the query went to, as Squid requires
-        return decode(reply)
+from tests.support import (
+    MakeCache,
+    Origin,
+    ProxyClient,
+    Querier,
+    free_udp_port,
+    proxy_client,
+    static,
+    udp_querier,
+)
 
 
 async def icp_cache(make_cache: MakeCache, **sections: dict[str, object]) -> CacheServer:
@@ -60,12 +34,8 @@ async def icp_cache(make_cache: MakeCache, **sections: dict[str, object]) -> Cac
 @pytest.fixture
 async def peer() -> AsyncIterator[Querier]:
     """A peer's ICP socket, closed after the test."""
-    loop = asyncio.get_running_loop()
-    transport, protocol = await loop.create_datagram_endpoint(Querier, local_addr=("127.0.0.1", 0))
-    try:
-        yield protocol
-    finally:
-        transport.close()
+    async with udp_querier() as querier:
+        yield querier
 
 
 def icp_port(cache: CacheServer) -> int:

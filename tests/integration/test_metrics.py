@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import shutil
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 import aiohttp
 import pytest
@@ -34,10 +32,12 @@ from harvest_cache.server.app import CacheServer
 from tests.support import (
     MakeCache,
     Origin,
+    Querier,
     RawServer,
     free_port,
     free_udp_port,
     open_proxy,
+    promtool_check,
     proxy_client,
     read_head,
     read_request_head,
@@ -45,6 +45,7 @@ from tests.support import (
     request_bytes,
     static,
     stop_and_read_log,
+    udp_querier,
 )
 
 FRESH = {"Cache-Control": "max-age=600"}
@@ -99,30 +100,6 @@ class Scrape:
 
 def delta(before: Scrape, after: Scrape, name: str, **labels: str) -> float:
     return after.value(name, **labels) - before.value(name, **labels)
-
-
-async def promtool_check(text: str) -> None:
-    """``promtool check metrics`` on the exposition: exit status 0 and not a word said."""
-    if not os.access(PROMTOOL, os.X_OK):
-        pytest.fail("promtool is missing: install Debian's prometheus package (scripts/test.sh)")
-    proc = await asyncio.create_subprocess_exec(
-        PROMTOOL,
-        "check",
-        "metrics",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(10):
-            out, err = await proc.communicate(text.encode())
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    said = (out + err).decode("utf-8", "replace").strip()
-    assert proc.returncode == 0, f"promtool exit {proc.returncode}: {said}"
-    assert said == "", f"promtool complained: {said}"
 
 
 def check_hygiene(text: str, families: list[Metric]) -> None:
@@ -624,26 +601,10 @@ async def test_a_tunnel_is_open_while_it_lasts_and_its_bytes_counted(
 # -- 6. ICP and the hierarchy ------------------------------------------------------------------
 
 
-class Querier(asyncio.DatagramProtocol):
-    def __init__(self) -> None:
-        self.replies: asyncio.Queue[bytes] = asyncio.Queue()
-        self.transport: asyncio.DatagramTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.DatagramTransport, transport)
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        self.replies.put_nowait(data)
-
-
 @pytest.fixture
 async def querier() -> AsyncIterator[Querier]:
-    loop = asyncio.get_running_loop()
-    transport, protocol = await loop.create_datagram_endpoint(Querier, local_addr=("127.0.0.1", 0))
-    try:
-        yield protocol
-    finally:
-        transport.close()
+    async with udp_querier() as peer:
+        yield peer
 
 
 async def test_icp_replies_sent_by_opcode(
@@ -663,7 +624,7 @@ async def test_icp_replies_sent_by_opcode(
     ):
         querier.transport.sendto(encode(query(number, url)), ("127.0.0.1", icp_port))
         async with asyncio.timeout(2):
-            answer = decode(await querier.replies.get())
+            answer = decode((await querier.replies.get())[0])
         assert (answer.request_number, answer.opcode) == (number, expected)
     querier.transport.sendto(b"\x01", ("127.0.0.1", icp_port))  # garbage: dropped
     assert cache.icp is not None

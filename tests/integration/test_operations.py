@@ -15,7 +15,6 @@ import html
 import json
 import signal
 import subprocess
-import sys
 import time
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -39,78 +38,33 @@ from tests.support import (
     free_port,
     free_udp_port,
     open_proxy,
+    program_config,
     proxy_client,
     read_response,
     request_bytes,
+    spawn,
     static,
     stop_and_read_log,
     wait_for_port,
     wait_until,
+    write_config,
 )
 
 FRESH = {"Cache-Control": "max-age=600"}
 LOOPBACK = "127.0.0.1"
 TOKEN = "s3cret"
 PARENT_MISSES = ([f"FIRST_PARENT_MISS/{LOOPBACK}"], [f"CLOSEST_PARENT_MISS/{LOOPBACK}"])
-REPO = Path(__file__).resolve().parents[2]
 
 
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str | Path):
-        return json.dumps(str(value))  # (a TOML basic string for the plain text used here)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise TypeError(f"no TOML for {value!r}")
-
-
-def toml(sections: Mapping[str, Mapping[str, object]]) -> str:
-    """A TOML document: one table per section; a list of tables as ``[[section.key]]``."""
-    out: list[str] = []
-    for name, table in sections.items():
-        out.append(f"[{name}]")
-        arrays: list[tuple[str, list[Mapping[str, object]]]] = []
-        for key, value in table.items():
-            if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-                arrays.append((key, value))
-            else:
-                out.append(f"{key} = {toml_value(value)}")
-        for key, items in arrays:
-            for item in items:
-                out.append(f"[[{name}.{key}]]")
-                out.extend(f"{k} = {toml_value(v)}" for k, v in item.items())
-        out.append("")
-    return "\n".join(out)
-
-
 def base_sections(home: Path, **sections: Mapping[str, object]) -> dict[str, dict[str, object]]:
     """A cache's configuration as TOML-ready sections: loopback, its own store and log
     under ``home``, no DNS; ``sections`` are merged in."""
-    raw: dict[str, dict[str, object]] = {
-        "server": {"listen": f"{LOOPBACK}:0", "name": "ops-cache"},
-        "cache": {"dir": str(home / "cache"), "memory_mb": 64, "disk_mb": 256},
-        "log": {"access_log": str(home / "access.log")},
-        "dns": {"hosts_file": "none", "nameservers": ["127.0.0.1:9"]},
-        "upstream": {"connect_timeout": 2.0, "read_timeout": 5.0},
-        "admin": {"listen": f"{LOOPBACK}:0", "token": TOKEN},
-        "hierarchy": {"digests": False},
-    }
-    for name, values in sections.items():
-        raw.setdefault(name, {}).update(values)
-    return raw
-
-
-def write_config(path: Path, sections: Mapping[str, Mapping[str, object]]) -> None:
-    # Write then rename, so that a reload never reads half a file.
-    part = path.with_suffix(".part")
-    part.write_text(toml(sections), encoding="utf-8")
-    part.replace(path)
+    server = {"name": "ops-cache", **sections.pop("server", {})}
+    listen = f"{LOOPBACK}:0"
+    return program_config(home, listen, listen, TOKEN, server=server, **sections)
 
 
 async def start_parent(make_cache: MakeCache, tmp_path: Path, name: str) -> CacheServer:
@@ -705,18 +659,6 @@ def program_sections(
             },
         },
     )
-
-
-def spawn(config: Path, stderr: Path) -> subprocess.Popen[bytes]:
-    """``python -m harvest_cache --config FILE``, its stderr to the file ``stderr``."""
-    with stderr.open("wb") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "harvest_cache", "--config", str(config)],
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
 
 
 @contextlib.asynccontextmanager
