@@ -316,7 +316,7 @@ http {{
             add_header Cache-Control "max-age=0";
             try_files /reval.bin =404;
         }}
-        location = /__stats {{
+{extra_locations}        location = /__stats {{
             stub_status;
         }}
     }}
@@ -327,7 +327,20 @@ http {{
 class Origin:
     """nginx serving static files, or bench/origin.py; both count the requests they answer."""
 
-    def __init__(self, kind: str, procs: Processes, workdir: Path, cpu: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        procs: Processes,
+        workdir: Path,
+        cpu: str,
+        extra_locations: str = "",
+        extra_files: dict[str, bytes] | None = None,
+    ) -> None:
+        """``extra_locations``: nginx ``location`` blocks added to the server (for other
+        benchmarks, e.g. bench/hierarchy.py); ``extra_files``: files written below nginx's
+        document root, by path relative to it. Both are for nginx only."""
+        if kind != "nginx" and (extra_locations or extra_files):
+            raise BenchError("extra locations and files need the nginx origin")
         self.kind = kind
         self.port = free_port()
         self.dir = workdir / f"origin-{kind}"
@@ -340,8 +353,15 @@ class Origin:
                 (www / "obj" / name).write_bytes(os.urandom(size))
             (www / "miss.bin").write_bytes(os.urandom(1024))
             (www / "reval.bin").write_bytes(os.urandom(1024))
+            for rel, body in (extra_files or {}).items():
+                (www / rel).parent.mkdir(parents=True, exist_ok=True)
+                (www / rel).write_bytes(body)
             conf = self.dir / "nginx.conf"
-            conf.write_text(NGINX_CONF.format(dir=self.dir, host=HOST, port=self.port))
+            conf.write_text(
+                NGINX_CONF.format(
+                    dir=self.dir, host=HOST, port=self.port, extra_locations=extra_locations
+                )
+            )
             nginx = find_tool("nginx") or "nginx"
             argv = [nginx, "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(conf)]
             self.version = version_of([nginx, "-v"])
@@ -438,8 +458,14 @@ class Proxy:
         memory_mb: int,
         access_log: bool,
         harvest_cmd: list[str] | None,
+        icp_port: int | None = None,
+        extra_conf: str = "",
     ) -> None:
+        """``icp_port``: answer ICP queries from 127.0.0.0/8 on this UDP port (default: ICP
+        off, as in this benchmark); ``extra_conf``: lines appended to the configuration (Squid
+        directives, or TOML for harvest-cache). Both are for other benchmarks (bench/icp.py)."""
         self.system = system
+        self.icp_port = icp_port
         self.procs = procs
         self.port = free_port()
         self.dir = workdir / system
@@ -453,16 +479,20 @@ class Proxy:
                 f"access_log daemon:{self.access_log} squid" if access_log else "access_log none"
             )
             conf = self.dir / "squid.conf"
-            conf.write_text(
-                SQUID_CONF.format(
-                    host=HOST,
-                    port=self.port,
-                    memory_mb=memory_mb,
-                    dir=self.dir,
-                    access_log=log_line,
-                    max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
-                )
+            text = SQUID_CONF.format(
+                host=HOST,
+                port=self.port,
+                memory_mb=memory_mb,
+                dir=self.dir,
+                access_log=log_line,
+                max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
             )
+            if icp_port:  # on the wildcard address: Squid drops ICP from its own socket's IP
+                text = text.replace(
+                    "icp_port 0\n",
+                    f"icp_port {icp_port}\nicp_access allow localhost\nicp_access deny all\n",
+                )
+            conf.write_text(text + extra_conf)
             with contextlib.suppress(KeyError):  # Squid drops root for this user
                 user = pwd.getpwnam("proxy")
                 os.chown(self.dir, user.pw_uid, user.pw_gid)
@@ -475,15 +505,16 @@ class Proxy:
                     " importable: the proxy is not built yet"
                 )
             conf = self.dir / "harvest.toml"
-            conf.write_text(
-                HARVEST_TOML.format(
-                    host=HOST,
-                    port=self.port,
-                    memory_mb=memory_mb,
-                    dir=self.dir,
-                    access_log=self.access_log or "none",
-                )
+            text = HARVEST_TOML.format(
+                host=HOST,
+                port=self.port,
+                memory_mb=memory_mb,
+                dir=self.dir,
+                access_log=self.access_log or "none",
             )
+            if icp_port:
+                text += f'\n[icp]\nport = {icp_port}\nallow = ["127.0.0.0/8"]\n'
+            conf.write_text(text + extra_conf)
             argv = [
                 *harvest_cmd,
                 "--config",

@@ -34,7 +34,7 @@ Address = tuple[str, int]
 _QUERY_V2 = b"\x01\x02"
 _NO_OPTIONS = b"\x00\x00\x00\x00"
 _NO_FIELDS = bytes(12)  # options, option data, sender address
-_KNOWN = 65536  # URLs whose answers are remembered (all forgotten when full)
+_KNOWN = 65536  # URLs (and addresses) whose answers are remembered; all forgotten when full
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         self._tasks = tasks
         self._transport: asyncio.DatagramTransport | None = None
         self._pending = 0
-        self.answered: dict[str, int] = {}
+        self._answers: dict[int, int] = {}  # by opcode number: cheaper to count
         self.dropped = 0
         # Answers by the URL as queries spell it, and who may ask (both rebuilt on a reload).
         self._known: dict[bytes, _Known] = {}
@@ -82,9 +82,15 @@ class IcpEndpoint(asyncio.DatagramProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.DatagramTransport, transport)
 
+    @property
+    def answered(self) -> dict[str, int]:
+        """Replies sent, by opcode name."""
+        return {Opcode(op).name: n for op, n in self._answers.items()}
+
     def datagram_received(self, data: bytes, addr: Address) -> None:
-        # A plain query (no options) for a URL answered before: answered from the memo.
-        if data[:2] == _QUERY_V2 and data[8:12] == _NO_OPTIONS and self._answer_known(data, addr):
+        # The common case, taken straight from the bytes: a query with no options, from a
+        # cache that may ask, answered from the memory tier (or the memo of earlier answers).
+        if data[:2] == _QUERY_V2 and data[8:12] == _NO_OPTIONS and self._answer_plain(data, addr):
             return
         try:
             message = decode(data)
@@ -95,7 +101,7 @@ class IcpEndpoint(asyncio.DatagramProtocol):
             if self._on_reply is None or not self._on_reply(message, addr):
                 self.dropped += 1  # a reply to no query of ours, or from elsewhere
             return
-        if not self._allowed(addr[0]):
+        if not self._may_ask(addr[0]):
             self._send(message, addr, Opcode.DENIED)
             return
         try:
@@ -109,40 +115,52 @@ class IcpEndpoint(asyncio.DatagramProtocol):
             self._tasks.spawn(self._answer_from_disk(message, addr, target), f"icp {target.url}")
             return
         self._answer(message, addr, target, found)
-        if found is not None or not self._store.has_disk:
-            self._remember(data, target, found)
 
-    def _remember(self, data: bytes, target: Target, found: Found | None) -> None:
-        """Keep the answer for this URL as the query spelt it, while what the memory tier
-        holds for it stays the same (and, for a HIT, fresh enough)."""
-        if len(self._known) >= _KNOWN:
-            self._known.clear()
-        obj = found if isinstance(found, StoredObject) else None
-        hit, until = hit_until(obj, time.time(), self._heuristics.for_url(target.url))
-        self._known[data[24:-1]] = _Known(target.url, found, hit is not None, until)
+    def _may_ask(self, ip: str) -> bool:
+        allowed = self._allowed_ips.get(ip)
+        if allowed is None:
+            if len(self._allowed_ips) >= _KNOWN:
+                self._allowed_ips.clear()
+            allowed = self._allowed_ips[ip] = self._allowed(ip)
+        return allowed
 
-    def _answer_known(self, data: bytes, addr: Address) -> bool:
-        """Answer ``data`` from the memo; False if it must take the full path."""
-        known = self._known.get(data[24:-1])
+    def _answer_plain(self, data: bytes, addr: Address) -> bool:
+        """Answer a well-formed query with no options, if the memory tier can tell (or the
+        memo of earlier answers for the URL as spelt); False leaves it to the full path."""
+        end = len(data) - 1
+        if end < 24 or data[end] != 0 or int.from_bytes(data[2:4], "big") != len(data):
+            return False
+        if not self._may_ask(addr[0]):
+            return False
+        spelt = data[24:end]
+        known = self._known.get(spelt)
+        now = time.time()
         if (
             known is None
-            or data[-1] != 0
-            or int.from_bytes(data[2:4], "big") != len(data)
             or self._store.get_memory(known.url) is not known.found
+            or (known.hit and now >= known.until)
         ):
-            return False
-        allowed = self._allowed_ips.get(addr[0])
-        if allowed is None:
-            allowed = self._allowed_ips[addr[0]] = self._allowed(addr[0])
-        if not allowed:
-            return False
-        if known.hit:
-            if time.time() >= known.until:
+            if data.find(b"\x00", 24) != end:
+                return False  # a NUL inside the URL: malformed
+            try:
+                target = parse_absolute(spelt.decode("latin-1"))
+            except RequestError:
                 return False
+            found = self._store.get_memory(target.url)
+            if found is None and self._store.has_disk:
+                return False  # it may be on disk: looking is I/O
+            obj = found if isinstance(found, StoredObject) else None
+            hit, until = hit_until(obj, now, self._heuristics.for_url(target.url))
+            known = _Known(target.url, found, hit is not None, until)
+            if found is not None:  # (URLs held: one-off misses would crowd them out)
+                if len(self._known) >= _KNOWN:
+                    self._known.clear()
+                self._known[spelt] = known
+        if known.hit:
             opcode = Opcode.HIT
         else:
             opcode = Opcode.MISS if self._fetching() else Opcode.MISS_NOFETCH
-        self.answered[opcode.name] = self.answered.get(opcode.name, 0) + 1
+        self._answers[opcode] = self._answers.get(opcode, 0) + 1
         # The query's request number and URL echoed; no options, no requester field.
         reply = b"%c\x02%b%b%b%b" % (
             opcode,
@@ -185,7 +203,7 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         opcode: Opcode,
         rtt: tuple[int, int] | None = None,
     ) -> None:
-        self.answered[opcode.name] = self.answered.get(opcode.name, 0) + 1
+        self._answers[opcode] = self._answers.get(opcode, 0) + 1
         self.send(encode(reply(message, opcode, rtt=rtt)), addr)
 
     def retarget(
