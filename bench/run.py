@@ -47,6 +47,7 @@ HARVEST_BIN = REPO / ".venv" / "bin" / "harvest-cache"
 DEFAULT_OUTPUT = BENCH / "results" / "latest.json"
 HOST = "127.0.0.1"
 PROXY_CPU = "0"
+ALL_CPUS = "0,1"
 ORIGIN_CPU = "1"
 CLIENT_CPU = "1"
 MIB = 1024 * 1024
@@ -460,10 +461,13 @@ class Proxy:
         harvest_cmd: list[str] | None,
         icp_port: int | None = None,
         extra_conf: str = "",
+        workers: int = 1,
     ) -> None:
         """``icp_port``: answer ICP queries from 127.0.0.0/8 on this UDP port (default: ICP
         off, as in this benchmark); ``extra_conf``: lines appended to the configuration (Squid
-        directives, or TOML for harvest-cache). Both are for other benchmarks (bench/icp.py)."""
+        directives, or TOML for harvest-cache); ``workers``: processes, then on every core
+        (Squid's ``workers``, harvest-cache's ``--workers``). All three are for other
+        benchmarks (bench/icp.py, bench/workers.py)."""
         self.system = system
         self.icp_port = icp_port
         self.procs = procs
@@ -487,6 +491,7 @@ class Proxy:
                 access_log=log_line,
                 max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
             )
+            text = text.replace("workers 1\n", f"workers {workers}\n")
             if icp_port:  # on the wildcard address: Squid drops ICP from its own socket's IP
                 text = text.replace(
                     "icp_port 0\n",
@@ -496,7 +501,8 @@ class Proxy:
             with contextlib.suppress(KeyError):  # Squid drops root for this user
                 user = pwd.getpwnam("proxy")
                 os.chown(self.dir, user.pw_uid, user.pw_gid)
-            argv = [squid, "-N", "-f", str(conf)]
+            # -N runs one process whatever `workers` says; SMP needs the master in front.
+            argv = [squid, "-N" if workers == 1 else "--foreground", "-f", str(conf)]
             self.error_log = self.dir / "cache.log"
         else:
             if harvest_cmd is None:
@@ -530,8 +536,10 @@ class Proxy:
             ]
             self.version = version_of([*harvest_cmd, "--version"])
             self.error_log = self.log
+        if workers > 1:
+            argv = [*argv, "--workers", str(workers)] if system == "harvest" else argv
         self.argv = argv
-        self.proc = procs.start(argv, self.log, PROXY_CPU)
+        self.proc = procs.start(argv, self.log, PROXY_CPU if workers == 1 else ALL_CPUS)
         try:
             wait_listening(self.port, self.proc, 30)
         except BenchError as e:

@@ -70,8 +70,8 @@ class TieredStore:
         self.max_object = max_object
         self.read_failures = 0
         self.write_failures = 0
-        # Told of each change once the disk tier has it (a new object, head or marker, or a
-        # deletion): other processes sharing the disk tier drop their memory copies.
+        # Told of each change once the disk tier has it (a new object, head or marker), and of
+        # each deletion: other processes sharing the store drop their memory copies.
         self.on_change: Callable[[str], None] | None = None
         self.disk_evictions = 0  # diskcache rows culled: a head or a body each
         self._disk = disk
@@ -156,7 +156,7 @@ class TieredStore:
         self.memory.delete(key)
         if self._disk is not None:
             await self._write_disk(self._disk.delete, key)
-        self._tell(key)
+        self._tell(key, deleted=True)
 
     async def close(self) -> None:
         """Abort unfinished writers, close every thread's SQLite connection, stop the threads."""
@@ -223,8 +223,11 @@ class TieredStore:
             await self._write_disk(self._disk.commit, key, head, stored)
         self._tell(key)
 
-    def _tell(self, key: str) -> None:
-        if self.on_change is not None:
+    def _tell(self, key: str, *, deleted: bool = False) -> None:
+        # A newer object is worth telling of only where the others can read it: from the
+        # shared disk tier. Without one they would each fetch it again, and their stores
+        # would make each other fetch again, without end; each keeps its own copy instead.
+        if self.on_change is not None and (deleted or self._disk is not None):
             self.on_change(key)
 
     async def _then_tell(self, key: str, write: Coroutine[Any, Any, None]) -> None:
