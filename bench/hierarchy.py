@@ -31,12 +31,10 @@ import os
 import platform
 import random
 import resource
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -872,84 +870,70 @@ def main(argv: list[str] | None = None) -> int:
         say("warning: fewer than 2 cores; the pinning below assumes cores 0 and 1")
     else:  # this harness is the client: keep it off the caches' core
         os.sched_setaffinity(0, {int(base.CLIENT_CPU)})
-    procs = base.Processes()
-    workdir = Path(tempfile.mkdtemp(prefix="harvest-bench-hier-"))
-    os.chmod(workdir, 0o755)
-    status = 0
-    try:
-        with base.terminated_as_exit():
-            base.ensure_tools(["nginx", "taskset"])
-            harvest_cmd = base.harvest_command(args.harvest_cmd)
-            if harvest_cmd is None:
-                say("harvest COULD NOT RUN: no .venv/bin/harvest-cache and no harvest_cache.cli")
-                return 1
-            files = {f"sz/{k}k": os.urandom(k * KIB) for k in SIZES_KIB}
-            origin = base.Origin(
-                "nginx",
-                procs,
-                workdir,
-                base.ORIGIN_CPU,
-                extra_locations=NGINX_LOCATIONS,
-                extra_files=files,
-            )
-            say(
-                f"origin {origin.version} on {origin.hostport}, core {base.ORIGIN_CPU}; caches on"
-                f" core {base.PROXY_CPU}; client on core {base.CLIENT_CPU}"
-            )
-            report: dict[str, Any] = {
-                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "machine": {
-                    "cpu": base._cpu_model(),
-                    "cores": os.cpu_count(),
-                    "kernel": platform.release(),
-                    "python": platform.python_version(),
-                },
-                "settings": {
-                    k: getattr(args, k)
-                    for k in ("samples", "requests", "urls", "zipf", "uncacheable", "seed")
-                }
-                | {
-                    "memory_mb": args.memory_mb,
-                    "origin": origin.version,
-                    "harvest": base.version_of([*harvest_cmd, "--version"]),
-                    "harvest_commit": base.version_of(
-                        ["git", "-C", str(base.REPO), "rev-parse", "HEAD"]
-                    )
-                    + " (plus uncommitted changes, if any)",
-                    "cores": {
-                        "caches": base.PROXY_CPU,
-                        "origin": base.ORIGIN_CPU,
-                        "client": base.CLIENT_CPU,
-                    },
-                    "cache_digests": False,
-                },
+    with base.Session("harvest-bench-hier-", args.keep) as session, base.terminated_as_exit():
+        procs, workdir = session.procs, session.workdir
+        status = 0
+        base.ensure_tools(["nginx", "taskset"])
+        harvest_cmd = base.harvest_command(args.harvest_cmd)
+        if harvest_cmd is None:
+            say("harvest COULD NOT RUN: no .venv/bin/harvest-cache and no harvest_cache.cli")
+            return 1
+        files = {f"sz/{k}k": os.urandom(k * KIB) for k in SIZES_KIB}
+        origin = base.Origin(
+            "nginx",
+            procs,
+            workdir,
+            base.ORIGIN_CPU,
+            extra_locations=NGINX_LOCATIONS,
+            extra_files=files,
+        )
+        say(
+            f"origin {origin.version} on {origin.hostport}, core {base.ORIGIN_CPU}; caches on"
+            f" core {base.PROXY_CPU}; client on core {base.CLIENT_CPU}"
+        )
+        report: dict[str, Any] = {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": {
+                "cpu": base._cpu_model(),
+                "cores": os.cpu_count(),
+                "kernel": platform.release(),
+                "python": platform.python_version(),
+            },
+            "settings": {
+                k: getattr(args, k)
+                for k in ("samples", "requests", "urls", "zipf", "uncacheable", "seed")
             }
-            for part, fn in (("latency", part_latency), ("replay", part_replay)):
-                if args.part not in (part, "all"):
-                    continue
-                try:
-                    report[part] = fn(args, procs, workdir, origin, harvest_cmd)
-                except base.BenchError as e:
-                    status = 1
-                    say(f"\n*** {part}: harvest COULD NOT RUN: {e}")
-                    report[part] = {"status": f"could not run: {e}"}
-            print_report(report)
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(json.dumps(report, indent=2) + "\n")
-            say(f"\nwrote {args.output}")
-    except base.BenchError as e:
-        say(f"error: {e}")
-        status = 2
-    except KeyboardInterrupt:
-        say("\ninterrupted: stopping everything this started")
-        status = 130
-    finally:
-        procs.stop_all()
-        if args.keep:
-            say(f"work dir kept: {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return status
+            | {
+                "memory_mb": args.memory_mb,
+                "origin": origin.version,
+                "harvest": base.version_of([*harvest_cmd, "--version"]),
+                "harvest_commit": base.version_of(
+                    ["git", "-C", str(base.REPO), "rev-parse", "HEAD"]
+                )
+                + " (plus uncommitted changes, if any)",
+                "cores": {
+                    "caches": base.PROXY_CPU,
+                    "origin": base.ORIGIN_CPU,
+                    "client": base.CLIENT_CPU,
+                },
+                "cache_digests": False,
+            },
+        }
+        for part, fn in (("latency", part_latency), ("replay", part_replay)):
+            if args.part not in (part, "all"):
+                continue
+            try:
+                report[part] = fn(args, procs, workdir, origin, harvest_cmd)
+            except base.BenchError as e:
+                status = 1
+                say(f"\n*** {part}: harvest COULD NOT RUN: {e}")
+                report[part] = {"status": f"could not run: {e}"}
+        print_report(report)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=2) + "\n")
+        say(f"\nwrote {args.output}")
+        return status
+    return session.status
 
 
 if __name__ == "__main__":

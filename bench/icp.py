@@ -30,13 +30,11 @@ import os
 import platform
 import random
 import resource
-import shutil
 import socket
 import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -925,95 +923,81 @@ def main(argv: list[str] | None = None) -> int:
         say("warning: fewer than 2 cores; the pinning below assumes cores 0 and 1")
     else:
         os.sched_setaffinity(0, {int(base.CLIENT_CPU)})
-    procs = base.Processes()
-    workdir = Path(tempfile.mkdtemp(prefix="harvest-bench-icp-"))
-    os.chmod(workdir, 0o755)  # Squid runs as the proxy user and writes below it
-    status = 0
-    try:
-        with base.terminated_as_exit():
-            needs = ["taskset"]
-            if not args.calibrate:
-                needs.append("nginx")
-                if args.only != "harvest":
-                    needs.append("squid")
-            base.ensure_tools(needs)
-            report: dict[str, Any] = {
-                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "machine": {
-                    "cpu": base._cpu_model(),
-                    "cores": os.cpu_count(),
-                    "kernel": platform.release(),
-                    "python": platform.python_version(),
-                },
-                "settings": {
-                    "duration_s": args.duration,
-                    "repeats": args.repeats,
-                    "windows": args.window_list,
-                    "streams": {x: STREAMS[x] for x in args.stream_list},
-                    "objects_stored": args.objects,
-                    "objects_never_fetched": args.objects,
-                    "reply_timeout_s": REPLY_TIMEOUT,
-                    "memory_mb": args.memory_mb,
-                    "squid_log_icp_queries": args.squid_log_icp,
-                    "cores": {"server": base.PROXY_CPU, "generator": base.CLIENT_CPU},
-                    "generator": f"python {platform.python_version()}, one blocking UDP socket",
-                    "harvest_commit": base.version_of(
-                        ["git", "-C", str(base.REPO), "rev-parse", "HEAD"]
-                    )
-                    + " (plus uncommitted changes, if any)",
-                },
-                "calibration": None,
-                "systems": {},
-                "ratios": {},
-            }
-            report["calibration"] = calibrate(args, procs, workdir)
-            if args.calibrate:
-                table(report, args.stream_list, args.window_list)
-                out = args.output.with_name("icp-calibrate.json")
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(report, indent=2) + "\n")
-                say(f"\nwrote {out}")
-                return 0
-            systems = [args.only] if args.only else list(SYSTEMS)
-            harvest_cmd = base.harvest_command(args.harvest_cmd) if "harvest" in systems else None
-            origin = base.Origin("nginx", procs, workdir, base.ORIGIN_CPU)
-            report["settings"]["origin"] = origin.version
-            say(
-                f"origin {origin.version} on {origin.hostport}, core {base.ORIGIN_CPU}; servers on"
-                f" core {base.PROXY_CPU}; generator on core {base.CLIENT_CPU};"
-                f" {args.repeats} x {args.duration:g} s per window"
-            )
-            for system in systems:
-                try:
-                    report["systems"][system] = bench_system(
-                        system, args, procs, workdir, origin, harvest_cmd
-                    )
-                except base.BenchError as e:
-                    if system == "harvest":
-                        status = 1
-                    say(f"\n*** {system} COULD NOT RUN: {e}")
-                    report["systems"][system] = {"status": f"could not run: {e}"}
-            report["ratios"] = ratios(report, args.stream_list, args.window_list)
+    with base.Session("harvest-bench-icp-", args.keep) as session, base.terminated_as_exit():
+        procs, workdir = session.procs, session.workdir
+        status = 0
+        needs = ["taskset"]
+        if not args.calibrate:
+            needs.append("nginx")
+            if args.only != "harvest":
+                needs.append("squid")
+        base.ensure_tools(needs)
+        report: dict[str, Any] = {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": {
+                "cpu": base._cpu_model(),
+                "cores": os.cpu_count(),
+                "kernel": platform.release(),
+                "python": platform.python_version(),
+            },
+            "settings": {
+                "duration_s": args.duration,
+                "repeats": args.repeats,
+                "windows": args.window_list,
+                "streams": {x: STREAMS[x] for x in args.stream_list},
+                "objects_stored": args.objects,
+                "objects_never_fetched": args.objects,
+                "reply_timeout_s": REPLY_TIMEOUT,
+                "memory_mb": args.memory_mb,
+                "squid_log_icp_queries": args.squid_log_icp,
+                "cores": {"server": base.PROXY_CPU, "generator": base.CLIENT_CPU},
+                "generator": f"python {platform.python_version()}, one blocking UDP socket",
+                "harvest_commit": base.version_of(
+                    ["git", "-C", str(base.REPO), "rev-parse", "HEAD"]
+                )
+                + " (plus uncommitted changes, if any)",
+            },
+            "calibration": None,
+            "systems": {},
+            "ratios": {},
+        }
+        report["calibration"] = calibrate(args, procs, workdir)
+        if args.calibrate:
             table(report, args.stream_list, args.window_list)
-            for system, res in report["systems"].items():
-                if res["status"] != "ok":
-                    say(f"\n{system}: COULD NOT RUN ({res['status'].splitlines()[0]})")
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(json.dumps(report, indent=2) + "\n")
-            say(f"\nwrote {args.output}")
-    except base.BenchError as e:
-        say(f"error: {e}")
-        status = 2
-    except KeyboardInterrupt:
-        say("\ninterrupted: stopping everything this started")
-        status = 130
-    finally:
-        procs.stop_all()
-        if args.keep:
-            say(f"work dir kept: {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return status
+            out = args.output.with_name("icp-calibrate.json")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(report, indent=2) + "\n")
+            say(f"\nwrote {out}")
+            return 0
+        systems = [args.only] if args.only else list(SYSTEMS)
+        harvest_cmd = base.harvest_command(args.harvest_cmd) if "harvest" in systems else None
+        origin = base.Origin("nginx", procs, workdir, base.ORIGIN_CPU)
+        report["settings"]["origin"] = origin.version
+        say(
+            f"origin {origin.version} on {origin.hostport}, core {base.ORIGIN_CPU}; servers on"
+            f" core {base.PROXY_CPU}; generator on core {base.CLIENT_CPU};"
+            f" {args.repeats} x {args.duration:g} s per window"
+        )
+        for system in systems:
+            try:
+                report["systems"][system] = bench_system(
+                    system, args, procs, workdir, origin, harvest_cmd
+                )
+            except base.BenchError as e:
+                if system == "harvest":
+                    status = 1
+                say(f"\n*** {system} COULD NOT RUN: {e}")
+                report["systems"][system] = {"status": f"could not run: {e}"}
+        report["ratios"] = ratios(report, args.stream_list, args.window_list)
+        table(report, args.stream_list, args.window_list)
+        for system, res in report["systems"].items():
+            if res["status"] != "ok":
+                say(f"\n{system}: COULD NOT RUN ({res['status'].splitlines()[0]})")
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=2) + "\n")
+        say(f"\nwrote {args.output}")
+        return status
+    return session.status
 
 
 if __name__ == "__main__":

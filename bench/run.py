@@ -612,6 +612,38 @@ class Proxy:
         self.procs.stop(self.proc, grace=10)
 
 
+class Session:
+    """A benchmark's processes and work directory, for a ``with`` block: on the way out every
+    process it started is stopped and the directory removed (unless ``keep``), however the
+    block ends. A BenchError or Ctrl-C ends it quietly, reported, with ``status`` 2 or 130."""
+
+    def __init__(self, prefix: str, keep: bool) -> None:
+        self.procs = Processes()
+        self.workdir = Path(tempfile.mkdtemp(prefix=prefix))
+        os.chmod(self.workdir, 0o755)  # Squid runs as the proxy user and writes below it
+        self.keep = keep
+        self.status = 0
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _: Any
+    ) -> bool:
+        if isinstance(error, BenchError):
+            say(f"error: {error}")
+            self.status = 2
+        elif isinstance(error, KeyboardInterrupt):
+            say("\ninterrupted: stopping everything this started")
+            self.status = 130
+        self.procs.stop_all()
+        if self.keep:
+            say(f"work dir kept: {self.workdir}")
+        else:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return isinstance(error, BenchError | KeyboardInterrupt)
+
+
 def harvest_command(explicit: str | None) -> list[str] | None:
     if explicit:
         return explicit.split()
@@ -1084,90 +1116,76 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {int(CLIENT_CPU)})
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
-    procs = Processes()
-    workdir = Path(tempfile.mkdtemp(prefix="harvest-bench-"))
-    os.chmod(workdir, 0o755)  # Squid runs as the proxy user and writes below it
-    status = 0
-    try:
-        with terminated_as_exit():
-            needs = ["wrk", "taskset"]
-            if args.calibrate or args.origin == "nginx":
-                needs.append("nginx")
-            if not args.calibrate and args.only != "harvest":
-                needs.append("squid")
-            tools = ensure_tools(needs)
-            if args.calibrate:
-                say(f"calibrating origins: wrk on core {CLIENT_CPU}, {args.duration:g} s each")
-                rows = calibrate(args, procs, workdir)
-                out = args.output.with_name("calibrate.json")
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(rows, indent=2) + "\n")
-                say(f"\nwrote {out}")
-                return 0
-            systems = [args.only] if args.only else list(SYSTEMS)
-            harvest_cmd = harvest_command(args.harvest_cmd) if "harvest" in systems else None
-            origin = Origin(args.origin, procs, workdir, ORIGIN_CPU)
-            say(
-                f"origin {origin.version} on {origin.hostport}, core {ORIGIN_CPU}; proxies on"
-                f" core {PROXY_CPU}; wrk -t{args.threads} -c{args.connections} on core"
-                f" {CLIENT_CPU}; {args.repeats} x {args.duration:g} s per scenario;"
-                f" access logs {args.access_log}"
-            )
-            report: dict[str, Any] = {
-                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "machine": {
-                    "cpu": _cpu_model(),
-                    "cores": os.cpu_count(),
-                    "kernel": platform.release(),
-                    "python": platform.python_version(),
-                },
-                "settings": {
-                    "duration_s": args.duration,
-                    "repeats": args.repeats,
-                    "connections": args.connections,
-                    "wrk_threads": args.threads,
-                    "memory_mb": args.memory_mb,
-                    "access_log": args.access_log,
-                    "origin": origin.version,
-                    "cores": {"proxy": PROXY_CPU, "origin": ORIGIN_CPU, "wrk": CLIENT_CPU},
-                    "wrk": version_of([tools["wrk"], "-v"], any_status=True),
-                    "harvest_commit": version_of(["git", "-C", str(REPO), "rev-parse", "HEAD"])
-                    + " (plus uncommitted changes, if any)",
-                },
-                "scenarios": {s.name: s.about for s in args.scenario_list},
-                "systems": {},
-                "ratios": {},
-            }
-            for system in systems:
-                try:
-                    report["systems"][system] = bench_system(
-                        system, args, procs, workdir, origin, args.scenario_list, harvest_cmd
-                    )
-                except BenchError as e:
-                    status = 1
-                    say(f"\n*** {system} COULD NOT RUN: {e}")
-                    report["systems"][system] = {"status": f"could not run: {e}"}
-            report["ratios"] = ratios(report["systems"], args.scenario_list, args.memory_mb)
-            table(report, args.scenario_list, sys.stdout)
-            for system, res in report["systems"].items():
-                if res["status"] != "ok":
-                    say(f"\n{system}: COULD NOT RUN ({res['status'].splitlines()[0]})")
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(json.dumps(report, indent=2) + "\n")
-            say(f"\nwrote {args.output}")
-    except BenchError as e:
-        say(f"error: {e}")
-        status = 2
-    except KeyboardInterrupt:
-        say("\ninterrupted: stopping everything this started")
-        status = 130
-    finally:
-        procs.stop_all()
-        if args.keep:
-            say(f"work dir kept: {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return status
+    with Session("harvest-bench-", args.keep) as session, terminated_as_exit():
+        procs, workdir = session.procs, session.workdir
+        status = 0
+        needs = ["wrk", "taskset"]
+        if args.calibrate or args.origin == "nginx":
+            needs.append("nginx")
+        if not args.calibrate and args.only != "harvest":
+            needs.append("squid")
+        tools = ensure_tools(needs)
+        if args.calibrate:
+            say(f"calibrating origins: wrk on core {CLIENT_CPU}, {args.duration:g} s each")
+            rows = calibrate(args, procs, workdir)
+            out = args.output.with_name("calibrate.json")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(rows, indent=2) + "\n")
+            say(f"\nwrote {out}")
+            return 0
+        systems = [args.only] if args.only else list(SYSTEMS)
+        harvest_cmd = harvest_command(args.harvest_cmd) if "harvest" in systems else None
+        origin = Origin(args.origin, procs, workdir, ORIGIN_CPU)
+        say(
+            f"origin {origin.version} on {origin.hostport}, core {ORIGIN_CPU}; proxies on"
+            f" core {PROXY_CPU}; wrk -t{args.threads} -c{args.connections} on core"
+            f" {CLIENT_CPU}; {args.repeats} x {args.duration:g} s per scenario;"
+            f" access logs {args.access_log}"
+        )
+        report: dict[str, Any] = {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": {
+                "cpu": _cpu_model(),
+                "cores": os.cpu_count(),
+                "kernel": platform.release(),
+                "python": platform.python_version(),
+            },
+            "settings": {
+                "duration_s": args.duration,
+                "repeats": args.repeats,
+                "connections": args.connections,
+                "wrk_threads": args.threads,
+                "memory_mb": args.memory_mb,
+                "access_log": args.access_log,
+                "origin": origin.version,
+                "cores": {"proxy": PROXY_CPU, "origin": ORIGIN_CPU, "wrk": CLIENT_CPU},
+                "wrk": version_of([tools["wrk"], "-v"], any_status=True),
+                "harvest_commit": version_of(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+                + " (plus uncommitted changes, if any)",
+            },
+            "scenarios": {s.name: s.about for s in args.scenario_list},
+            "systems": {},
+            "ratios": {},
+        }
+        for system in systems:
+            try:
+                report["systems"][system] = bench_system(
+                    system, args, procs, workdir, origin, args.scenario_list, harvest_cmd
+                )
+            except BenchError as e:
+                status = 1
+                say(f"\n*** {system} COULD NOT RUN: {e}")
+                report["systems"][system] = {"status": f"could not run: {e}"}
+        report["ratios"] = ratios(report["systems"], args.scenario_list, args.memory_mb)
+        table(report, args.scenario_list, sys.stdout)
+        for system, res in report["systems"].items():
+            if res["status"] != "ok":
+                say(f"\n{system}: COULD NOT RUN ({res['status'].splitlines()[0]})")
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=2) + "\n")
+        say(f"\nwrote {args.output}")
+        return status
+    return session.status
 
 
 def _cpu_model() -> str:

@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -86,17 +85,14 @@ def main() -> int:
     args.threads, args.connections = 1, 64  # (what base.run_wrk reads)
     base.ensure_tools(["squid", "wrk", "nginx", "taskset"])
     harvest_cmd = base.harvest_command(None)
-    procs = base.Processes()
     report: dict[str, Any] = {"workers": args.workers, "settings": vars(args) | {}}
-    try:
-        with tempfile.TemporaryDirectory(prefix="harvest-bench-workers-") as tmp:
-            workdir = Path(tmp)
-            workdir.chmod(0o755)  # Squid runs as the proxy user and writes below it
-            origin = base.Origin("nginx", procs, workdir, base.ALL_CPUS)
-            for system in ("squid", "harvest"):
-                report[system] = measure(system, args, procs, workdir, origin, harvest_cmd)
-    finally:
-        procs.stop_all()
+    with base.Session("harvest-bench-workers-", False) as session:
+        procs, workdir = session.procs, session.workdir
+        origin = base.Origin("nginx", procs, workdir, base.ALL_CPUS)
+        for system in ("squid", "harvest"):
+            report[system] = measure(system, args, procs, workdir, origin, harvest_cmd)
+    if session.status:
+        return session.status
     print(f"\n{'scenario':10} {'squid req/s':>12} {'harvest req/s':>14} {'H/S':>6}")
     for name in args.scenario_list:
         squid, harvest = report["squid"]["scenarios"][name], report["harvest"]["scenarios"][name]
