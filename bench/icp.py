@@ -990,12 +990,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["systems"][system] = {"status": f"could not run: {e}"}
         report["ratios"] = ratios(report, args.stream_list, args.window_list)
         table(report, args.stream_list, args.window_list)
-        for system, res in report["systems"].items():
-            if res["status"] != "ok":
-                say(f"\n{system}: COULD NOT RUN ({res['status'].splitlines()[0]})")
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + "\n")
-        say(f"\nwrote {args.output}")
+        base.write_report(report, args.output)
         return status
     return session.status
 

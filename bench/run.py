@@ -612,6 +612,16 @@ class Proxy:
         self.procs.stop(self.proc, grace=10)
 
 
+def write_report(report: dict[str, Any], output: Path) -> None:
+    """Name the systems that could not run, then write ``report`` as JSON to ``output``."""
+    for system, res in report["systems"].items():
+        if res["status"] != "ok":
+            say(f"\n{system}: COULD NOT RUN ({res['status'].splitlines()[0]})")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n")
+    say(f"\nwrote {output}")
+
+
 class Session:
     """A benchmark's processes and work directory, for a ``with`` block: on the way out every
     process it started is stopped and the directory removed (unless ``keep``), however the
@@ -1178,12 +1188,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["systems"][system] = {"status": f"could not run: {e}"}
         report["ratios"] = ratios(report["systems"], args.scenario_list, args.memory_mb)
         table(report, args.scenario_list, sys.stdout)
-        for system, res in report["systems"].items():
-            if res["status"] != "ok":
-                say(f"\n{system}: COULD NOT RUN ({res['status'].splitlines()[0]})")
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + "\n")
-        say(f"\nwrote {args.output}")
+        write_report(report, args.output)
         return status
     return session.status
 
