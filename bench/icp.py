@@ -598,19 +598,7 @@ def checks(res: WindowResult, echo: bool) -> list[str]:
         problems.append(
             f"the generator used {res.generator_cpu_percent:.0f}% of core {base.CLIENT_CPU}"
         )
-    for core, name in (
-        (base.PROXY_CPU, "others_core0_percent"),
-        (base.CLIENT_CPU, "others_core1_percent"),
-    ):
-        busy = [getattr(r, name) for r in res.runs if getattr(r, name) > 5]
-        if busy:
-            problems.append(
-                f"other processes took up to {max(busy):.0f}% of core {core} in {len(busy)} run(s)"
-            )
-    stolen = [r.steal_percent for r in res.runs if r.steal_percent > 5]
-    if stolen:
-        problems.append(f"the hypervisor stole up to {max(stolen):.0f}% in {len(stolen)} run(s)")
-    return problems
+    return problems + base.disturbances(res.runs)
 
 
 def print_run(label: str, window: int, i: int, repeats: int, run: IcpRun) -> None:

@@ -805,6 +805,22 @@ def median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
+def disturbances(runs: list[Any]) -> list[str]:
+    """What disturbed ``runs`` (with their ``others_core*_percent`` and ``steal_percent``):
+    other processes over 5% of a core, or the hypervisor stealing over 5%."""
+    problems = []
+    for core, pct in ((PROXY_CPU, "others_core0_percent"), (CLIENT_CPU, "others_core1_percent")):
+        busy = [getattr(r, pct) for r in runs if getattr(r, pct) > 5]
+        if busy:
+            problems.append(
+                f"other processes took up to {max(busy):.0f}% of core {core} in {len(busy)} run(s)"
+            )
+    stolen = [r.steal_percent for r in runs if r.steal_percent > 5]
+    if stolen:
+        problems.append(f"the hypervisor stole up to {max(stolen):.0f}% in {len(stolen)} run(s)")
+    return problems
+
+
 def check(scn: Scenario, res: ScenarioResult, logged: bool) -> list[str]:
     """Problems that make a scenario's numbers suspect (empty when they look sane)."""
     problems = []
@@ -820,15 +836,7 @@ def check(scn: Scenario, res: ScenarioResult, logged: bool) -> list[str]:
         problems.append(
             f"origin saw {res.origin_requests_per_request:.3f} requests per request (expected 1)"
         )
-    for core, pct in ((PROXY_CPU, "others_core0_percent"), (CLIENT_CPU, "others_core1_percent")):
-        busy = [getattr(r, pct) for r in res.runs if getattr(r, pct) > 5]
-        if busy:
-            problems.append(
-                f"other processes took up to {max(busy):.0f}% of core {core} in {len(busy)} run(s)"
-            )
-    stolen = [r.steal_percent for r in res.runs if r.steal_percent > 5]
-    if stolen:
-        problems.append(f"the hypervisor stole up to {max(stolen):.0f}% in {len(stolen)} run(s)")
+    problems += disturbances(res.runs)
     if res.proxy_cpu_percent < 80:
         problems.append(
             f"the proxy used {res.proxy_cpu_percent:.0f}% of its core: the client or the origin"
