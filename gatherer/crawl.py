@@ -1,0 +1,377 @@
+"""The crawl controller (Combine's "Cabin"): hands frontier jobs to parallel fetchers, sends what
+they bring to the summarizer pool and the database, and feeds the links found back.
+
+The frontier decides what may run when; this driver only awaits. Per job: robots.txt, then a
+record still fresh is re-enumerated from its stored links without a fetch; otherwise a
+conditional fetch (through the configured cache), an unchanged result (304, same file time or
+same MD5) refreshes the record, a changed one is summarized and stored, and 404/410 deletes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from posixpath import basename
+from urllib.parse import unquote, urlsplit
+
+from gatherer.archive import WarcArchive
+from gatherer.database import GathererDatabase, Stored
+from gatherer.errors import FetchError, SummarizeError
+from gatherer.essence.document import Document, Summary
+from gatherer.essence.options import EssenceOptions
+from gatherer.essence.pool import SummarizerPool
+from gatherer.fetch.dispatch import Fetchers
+from gatherer.fetch.result import Fetched, Validators
+from gatherer.frontier import Frontier, Job, Scope
+from gatherer.metrics import RunStats
+from gatherer.records import Identity, Lifetimes, build, references
+from gatherer.robots import Robots, RobotsCache, decide
+from gatherer.urls import access_method, host_key, host_port
+from harvest_cache.errors import DNSFailure
+from harvest_cache.upstream.dns import Resolver
+
+log = logging.getLogger(__name__)
+
+# Statuses that say a document is gone: its record is deleted (and emitted as @DELETE).
+GONE = frozenset({404, 410})
+# A robots.txt Crawl-delay above this is read as this: a day-long delay would stall the run.
+MAX_CRAWL_DELAY = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Root:
+    """One enumeration start: a URL and the limits it is gathered under."""
+
+    url: str
+    scope: Scope
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What the controller needs from the configuration."""
+
+    identity: Identity
+    lifetimes: Lifetimes
+    essence: EssenceOptions
+    user_agent: str
+    connections_per_host: int
+    max_connections: int
+
+
+class Crawl:
+    """One gathering run over ``roots``; ``await crawl.run()`` returns when nothing is left."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        db: GathererDatabase,
+        fetchers: Fetchers,
+        pool: SummarizerPool,
+        resolver: Resolver,
+        archive: WarcArchive | None = None,
+        stats: RunStats | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._fetchers = fetchers
+        self._pool = pool
+        self._resolver = resolver
+        self._archive = archive
+        self.stats = stats if stats is not None else RunStats()
+        self._clock = clock
+        self._monotonic = monotonic
+        self._frontier = Frontier(
+            connections_per_host=settings.connections_per_host,
+            max_connections=settings.max_connections,
+        )
+        self._robots = RobotsCache()
+        self._robots_inflight: dict[str, asyncio.Future[Robots]] = {}
+        self._addresses: dict[str, str | None] = {}
+        self._wake = asyncio.Event()
+        self._running = 0
+        # Documents held in memory between fetch and store are bounded: fetching stops
+        # while the summarizers are behind.
+        self._in_hand_limit = 2 * settings.max_connections + 2
+
+    def __repr__(self) -> str:
+        return f"<Crawl {self._frontier!r} running={self._running}>"
+
+    async def run(self, roots: Sequence[Root], *, recheck: Sequence[str] = ()) -> RunStats:
+        """Gather from ``roots``; then fetch each URL of ``recheck`` the crawl did not reach
+        (known records due for refresh), so that removed documents are found and deleted."""
+        self.stats.started = self._monotonic()
+        for root in roots:
+            await self._add_root(root)
+        await self._drive()
+        leaf = Scope(
+            url_max=1,
+            host_max=1,
+            depth=1,
+            access=frozenset({"HTTP", "FTP", "GOPHER", "FILE"}),
+            delay=max((root.scope.delay for root in roots), default=0.0),
+            url_filter=None,
+            host_filter=None,
+        )
+        for url in recheck:
+            await self._add_root(Root(url, leaf), count=False)
+        await self._drive()
+        self._refresh_stats()
+        return self.stats
+
+    async def _add_root(self, root: Root, *, count: bool = True) -> None:
+        admission = self._frontier.add_root(root.url, root.scope, ip=await self._ip(root.url))
+        if count:
+            self.stats.admissions[f"root_{admission.reason}"] += 1
+
+    async def _drive(self) -> None:
+        async with asyncio.TaskGroup() as tasks:
+            while True:
+                self._wake.clear()
+                now = self._monotonic()
+                while self._running < self._in_hand_limit:
+                    job = self._frontier.take(now)
+                    if job is None:
+                        break
+                    self._running += 1
+                    tasks.create_task(self._job(job))
+                self._refresh_stats()
+                if self._running == 0:
+                    if self._frontier.is_idle:
+                        return
+                    ready_at = self._frontier.next_ready_at()
+                    if ready_at is None:  # queued work no slot will ever take: a frontier bug
+                        raise RuntimeError(f"crawl stalled: {self._frontier!r}")
+                else:
+                    ready_at = self._frontier.next_ready_at()
+                delay = None if ready_at is None else max(0.0, ready_at - self._monotonic())
+                try:
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+
+    def _refresh_stats(self) -> None:
+        snapshot = self._frontier.stats()
+        self.stats.queued = snapshot.queued
+        self.stats.active = snapshot.active
+        self.stats.hosts = snapshot.hosts
+        self.stats.elapsed = self._monotonic() - self.stats.started
+
+    async def _job(self, job: Job) -> None:
+        try:
+            try:
+                outcome = await self._fetch(job)
+            finally:
+                # Politeness counts from the end of the contact; summarizing is not a contact.
+                self._frontier.finish(job, self._monotonic())
+            links = await self._settle(outcome)
+            await self._offer(links, job)
+        finally:
+            self._running -= 1
+            self._wake.set()
+
+    async def _offer(self, links: Sequence[str], job: Job) -> None:
+        """Offer a document's links in order, after looking up, all at once, the new host
+        names whose addresses Host= needs."""
+        hosts = {
+            _host(link)
+            for link in links
+            if _host(link) not in self._addresses and self._frontier.needs_address(link, parent=job)
+        }
+        await asyncio.gather(*(self._resolve(host) for host in hosts if host))
+        for link in links:
+            ip = self._addresses.get(_host(link))
+            admission = self._frontier.offer(link, parent=job, ip=ip)
+            self.stats.admissions[admission.reason] += 1
+
+    async def _fetch(self, job: Job) -> Fetched | Stored | None:
+        """The fetched document, or the stored record to re-enumerate, or None (nothing)."""
+        if access_method(job.url) == "HTTP":
+            robots = await self._robots_for(job.url)
+            if not robots.allowed(job.url):
+                self.stats.robots_denied += 1
+                return None
+        stored = await self._db.get(job.url)
+        if stored is not None and stored.refresh_at > self._clock():
+            self.stats.fresh += 1
+            return stored
+        validators = None
+        if stored is not None:
+            validators = Validators(stored.etag, stored.last_modified, stored.md5)
+        try:
+            fetched = await self._fetchers.fetch(
+                job.url, validators=validators, permit=lambda url: self._permit(url, job)
+            )
+        except FetchError as error:
+            await self._fetch_failed(job.url, stored, error)
+            return None
+        if fetched.not_modified:
+            self.stats.not_modified += 1
+            await self._refresh(job.url)
+            return stored
+        self.stats.fetched += 1
+        self.stats.bytes += len(fetched.content)
+        if self._archive is not None:
+            await self._archive.record(fetched)
+        return fetched
+
+    async def _settle(self, outcome: Fetched | Stored | None) -> tuple[str, ...]:
+        """Summarize and store a fetched document; the links to offer."""
+        if outcome is None:
+            return ()
+        if not isinstance(outcome, Fetched):
+            return references(outcome.record)
+        fetched = outcome
+        md5 = await asyncio.to_thread(_md5, fetched.content)
+        stored = await self._db.get(fetched.url)
+        if stored is not None and stored.md5 == md5:
+            self.stats.unchanged += 1
+            await self._refresh(fetched.url)
+            return references(stored.record)
+        try:
+            summary = await self._pool.run(_document(fetched), self._settings.essence)
+        except SummarizeError as error:
+            self.stats.summarize_errors[_failure_kind(error.reason)] += 1
+            self.stats.failures.append((fetched.url, f"summarizing: {error.reason}"))
+            log.warning("%s: summarizing failed: %s", fetched.url, error.reason)
+            await self._db.fail(fetched.url, error.reason, now=self._clock())
+            return fetched.links
+        self.stats.summarized += 1
+        await self._store(fetched, summary, md5, stored)
+        return (*fetched.links, *summary.links)
+
+    async def _store(
+        self, fetched: Fetched, summary: Summary, md5: str, stored: Stored | None
+    ) -> None:
+        now = self._clock()
+        if not summary.selected:
+            # Stoplisted or noindex: a record made earlier must not linger in the index.
+            if stored is not None and await self._db.delete(fetched.url, now=now):
+                self.stats.deleted += 1
+            return
+        lifetimes = self._settings.lifetimes
+        for record in build(
+            fetched,
+            summary,
+            md5=md5,
+            identity=self._settings.identity,
+            lifetimes=lifetimes,
+            now=now,
+            members_as_records=self._settings.essence.members_as_records,
+        ):
+            await self._db.put(
+                record,
+                md5=md5,
+                etag=fetched.etag,
+                last_modified=fetched.last_modified,
+                now=now,
+                time_to_live=lifetimes.time_to_live,
+                refresh_rate=lifetimes.refresh_rate,
+            )
+            self.stats.stored += 1
+
+    async def _refresh(self, url: str) -> None:
+        lifetimes = self._settings.lifetimes
+        await self._db.refresh(
+            url,
+            now=self._clock(),
+            time_to_live=lifetimes.time_to_live,
+            refresh_rate=lifetimes.refresh_rate,
+        )
+
+    async def _fetch_failed(self, url: str, stored: Stored | None, error: FetchError) -> None:
+        self.stats.fetch_errors[error.kind] += 1
+        self.stats.failures.append((url, f"fetching: {error.kind}: {error.reason}"))
+        log.info("%s: fetch failed: %s: %s", url, error.kind, error.reason)
+        if stored is None:
+            return
+        now = self._clock()
+        if error.kind == "status" and error.status in GONE:
+            if await self._db.delete(url, now=now):
+                self.stats.deleted += 1
+        else:
+            await self._db.fail(url, f"{error.kind}: {error.reason}", now=now)
+
+    def _permit(self, url: str, job: Job) -> bool:
+        """May a redirect of ``job`` go to ``url``? In scope, not yet gathered, and allowed by
+        robots.txt where its rules are known (an unknown host's are checked on its own job)."""
+        ip = self._addresses.get(_host(url))
+        if not self._frontier.admit_redirect(url, job=job, ip=ip).accepted:
+            return False
+        robots = self._robots.get(host_key(url), self._monotonic())
+        return robots is None or robots.allowed(url)
+
+    async def _robots_for(self, url: str) -> Robots:
+        key = host_key(url)
+        cached = self._robots.get(key, self._monotonic())
+        if cached is not None:
+            return cached
+        pending = self._robots_inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Robots] = asyncio.get_running_loop().create_future()
+        self._robots_inflight[key] = future
+        try:
+            status, body = await self._fetchers.get_robots(url)
+            robots = decide(status, body, self._settings.user_agent)
+            failed = status is None or status >= 500
+            self._robots.put(key, robots, self._monotonic(), error=failed)
+            if robots.crawl_delay is not None:
+                delay = min(robots.crawl_delay, MAX_CRAWL_DELAY)
+                self._frontier.set_host_delay(key, delay)
+            future.set_result(robots)
+            return robots
+        finally:
+            if not future.done():
+                future.cancel()
+            del self._robots_inflight[key]
+
+    async def _ip(self, url: str) -> str | None:
+        """The address ``Host=`` counts a URL's host by; None (count by name) if unresolvable."""
+        host = _host(url)
+        if host and host not in self._addresses:
+            await self._resolve(host)
+        return self._addresses.get(host)
+
+    async def _resolve(self, host: str) -> None:
+        try:
+            addresses = await self._resolver.resolve(host)
+        except DNSFailure:
+            addresses = []
+        self._addresses[host] = addresses[0] if addresses else None
+
+
+def _host(url: str) -> str:
+    """The URL's host name; empty for FILE URLs and URLs the gatherer cannot fetch."""
+    if access_method(url) == "FILE":
+        return ""
+    try:
+        return host_port(url)[0]
+    except FetchError:
+        return ""
+
+
+def _failure_kind(reason: str) -> str:
+    """The bounded label of a summarizer failure: "timeout after 10.0 s" counts as timeout."""
+    return reason.replace(":", " ").split(" ", 1)[0]
+
+
+def _md5(content: bytes) -> str:
+    return hashlib.md5(content, usedforsecurity=False).hexdigest()
+
+
+def _document(fetched: Fetched) -> Document:
+    return Document(
+        url=fetched.url,
+        content=fetched.content,
+        content_type=fetched.content_type,
+        charset=fetched.charset,
+        name=unquote(basename(urlsplit(fetched.url).path.rstrip("/"))),
+    )

@@ -1,0 +1,100 @@
+"""The gatherer database's SQLite schema, its version, and how a connection is set up.
+
+Times that order changes (``update_us``, ``content_us``, ``deleted_us``) are INTEGER
+microseconds since the epoch: exact, so a client resuming "after the last Update-Time I
+received" compares the very value it was sent. Scheduling times (``expires``,
+``refresh_at``) are REAL seconds; nothing is compared with them exactly.
+
+::
+
+    records     url → encoded SOIF (always stamped with its current Update-Time,
+                Time-to-Live and Refresh-Rate), validators, times, failures
+    manual      url → a hand-written SOIF record, merged over the generated one on export
+    tombstones  url → when it was deleted (kept for incremental exports)
+    meta        'clock' (the last update time assigned), 'horizon' (the newest tombstone
+                ever dropped: incremental exports from before it are incomplete)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from gatherer.errors import DatabaseError
+
+VERSION = 1
+
+# Waits out another process's write lock (e.g. the CLI exporting while a gatherer runs)
+# instead of failing at once.
+BUSY_TIMEOUT_MS = 5_000
+
+_TABLES = """
+CREATE TABLE records (
+    url           TEXT PRIMARY KEY,
+    soif          BLOB NOT NULL,
+    md5           TEXT,
+    etag          TEXT,
+    last_modified TEXT,
+    content_us    INTEGER NOT NULL,
+    update_us     INTEGER NOT NULL UNIQUE,
+    time_to_live  REAL NOT NULL,
+    expires       REAL NOT NULL,
+    refresh_at    REAL NOT NULL,
+    failures      INTEGER NOT NULL DEFAULT 0,
+    failed_at     REAL,
+    last_error    TEXT
+);
+CREATE INDEX records_refresh_at ON records (refresh_at);
+CREATE INDEX records_expires ON records (expires);
+CREATE TABLE manual (
+    url       TEXT PRIMARY KEY,
+    soif      BLOB NOT NULL,
+    update_us INTEGER NOT NULL UNIQUE
+);
+CREATE TABLE tombstones (
+    url        TEXT PRIMARY KEY,
+    deleted_us INTEGER NOT NULL UNIQUE
+);
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+INSERT INTO meta VALUES ('clock', 0), ('horizon', 0);
+"""
+
+
+def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
+    """Open ``path`` in autocommit mode (transactions are explicit), creating the schema
+    for a writer. Raises sqlite3.Error, or DatabaseError for a schema this code can't read."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if readonly:
+            conn.execute("PRAGMA query_only = ON")
+        else:
+            # WAL: exports read a snapshot while the gatherer keeps writing. NORMAL is
+            # crash-safe in WAL mode (a power cut may lose only the last commits).
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            _migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version == 0:
+            for statement in _TABLES.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {VERSION}")
+        elif version != VERSION:
+            raise DatabaseError(f"database schema version {version}; this gatherer reads {VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

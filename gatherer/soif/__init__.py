@@ -1,0 +1,28 @@
+"""SOIF, the Summary Object Interchange Format: records, their encoding, update streams."""
+
+from __future__ import annotations
+
+from gatherer.soif.codec import (
+    Decoder,
+    decode,
+    encode,
+    encode_delete,
+    encode_refresh,
+    encode_update,
+)
+from gatherer.soif.record import Record
+from gatherer.soif.stream import Delete, Item, Refresh, Update
+
+__all__ = [
+    "Decoder",
+    "Delete",
+    "Item",
+    "Record",
+    "Refresh",
+    "Update",
+    "decode",
+    "encode",
+    "encode_delete",
+    "encode_refresh",
+    "encode_update",
+]
