@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from posixpath import basename
 from urllib.parse import unquote, urlsplit
@@ -28,7 +28,7 @@ from gatherer.fetch.dispatch import Fetchers
 from gatherer.fetch.result import Fetched, Validators
 from gatherer.frontier import Frontier, Job, Scope
 from gatherer.metrics import RunStats
-from gatherer.records import Identity, Lifetimes, build, references
+from gatherer.records import Identity, Lifetimes, build, member_urls, references
 from gatherer.robots import Robots, RobotsCache, decide
 from gatherer.urls import access_method, host_key, host_port
 from harvest_cache.errors import DNSFailure
@@ -214,7 +214,8 @@ class Crawl:
             return None
         if fetched.not_modified:
             self.stats.not_modified += 1
-            await self._refresh(job.url)
+            if stored is not None:
+                await self._refresh(stored)
             return stored
         self.stats.fetched += 1
         self.stats.bytes += len(fetched.content)
@@ -233,7 +234,9 @@ class Crawl:
         stored = await self._db.get(fetched.url)
         if stored is not None and stored.md5 == md5:
             self.stats.unchanged += 1
-            await self._refresh(fetched.url)
+            # The validators changed though the content did not (a touched file, a new
+            # ETag): keep the new ones, or every later run downloads it again.
+            await self._refresh(stored, validators=(fetched.etag, fetched.last_modified))
             return references(stored.record)
         try:
             summary = await self._pool.run(_document(fetched), self._settings.essence)
@@ -253,11 +256,11 @@ class Crawl:
         now = self._clock()
         if not summary.selected:
             # Stoplisted or noindex: a record made earlier must not linger in the index.
-            if stored is not None and await self._db.delete(fetched.url, now=now):
-                self.stats.deleted += 1
+            if stored is not None:
+                await self._delete(self._records_of(stored), now)
             return
         lifetimes = self._settings.lifetimes
-        for record in build(
+        records = build(
             fetched,
             summary,
             md5=md5,
@@ -265,7 +268,8 @@ class Crawl:
             lifetimes=lifetimes,
             now=now,
             members_as_records=self._settings.essence.members_as_records,
-        ):
+        )
+        for record in records:
             await self._db.put(
                 record,
                 md5=md5,
@@ -276,15 +280,36 @@ class Crawl:
                 refresh_rate=lifetimes.refresh_rate,
             )
             self.stats.stored += 1
+        if stored is not None:
+            # Members no longer in the archive leave the index with the old version.
+            made = {record.url for record in records}
+            await self._delete((url for url in self._records_of(stored) if url not in made), now)
 
-    async def _refresh(self, url: str) -> None:
+    def _records_of(self, stored: Stored) -> tuple[str, ...]:
+        """The URLs of a stored document's records: its own, and its members' when they are
+        records of their own (they are refreshed and deleted with it, never fetched alone)."""
+        if not self._settings.essence.members_as_records:
+            return (stored.record.url,)
+        return (stored.record.url, *member_urls(stored.record))
+
+    async def _refresh(
+        self, stored: Stored, *, validators: tuple[str | None, str | None] | None = None
+    ) -> None:
         lifetimes = self._settings.lifetimes
-        await self._db.refresh(
-            url,
-            now=self._clock(),
-            time_to_live=lifetimes.time_to_live,
-            refresh_rate=lifetimes.refresh_rate,
-        )
+        now = self._clock()
+        for url in self._records_of(stored):
+            await self._db.refresh(
+                url,
+                now=now,
+                time_to_live=lifetimes.time_to_live,
+                refresh_rate=lifetimes.refresh_rate,
+                validators=validators,
+            )
+
+    async def _delete(self, urls: Iterable[str], now: float) -> None:
+        for url in urls:
+            if await self._db.delete(url, now=now):
+                self.stats.deleted += 1
 
     async def _fetch_failed(self, url: str, stored: Stored | None, error: FetchError) -> None:
         self.stats.fetch_errors[error.kind] += 1
@@ -294,8 +319,7 @@ class Crawl:
             return
         now = self._clock()
         if error.kind == "status" and error.status in GONE:
-            if await self._db.delete(url, now=now):
-                self.stats.deleted += 1
+            await self._delete(self._records_of(stored), now)
         else:
             await self._db.fail(url, f"{error.kind}: {error.reason}", now=now)
 

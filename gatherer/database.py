@@ -341,7 +341,14 @@ class _Writer:
             conn.execute("DELETE FROM tombstones WHERE url = ?", (record.url,))
         return us
 
-    def refresh(self, url: str, now: float, time_to_live: float, refresh_rate: float) -> int | None:
+    def refresh(
+        self,
+        url: str,
+        now: float,
+        time_to_live: float,
+        refresh_rate: float,
+        validators: tuple[str | None, str | None] | None,
+    ) -> int | None:
         with self._transaction() as conn:
             row = conn.execute("SELECT soif FROM records WHERE url = ?", (url,)).fetchone()
             if row is None:
@@ -353,6 +360,11 @@ class _Writer:
                 " refresh_at = ?, failures = 0, failed_at = NULL, last_error = NULL WHERE url = ?",
                 (soif, us, time_to_live, now + time_to_live, now + refresh_rate, url),
             )
+            if validators is not None:
+                conn.execute(
+                    "UPDATE records SET etag = ?, last_modified = ? WHERE url = ?",
+                    (*validators, url),
+                )
         return us
 
     def fail(self, url: str, reason: str, now: float, retry_at: float | None) -> int | None:
@@ -417,11 +429,17 @@ class _Writer:
         return True
 
     def put_manual(self, url: str, record: Record, now: float | None) -> int:
+        soif = encode(record)
         with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT soif, update_us FROM manual WHERE url = ?", (url,)
+            ).fetchone()
+            if row is not None and row[0] == soif:
+                return int(row[1])  # the same record again: nothing changed to export
             us = self._tick(now)
             conn.execute(
                 "INSERT OR REPLACE INTO manual (url, soif, update_us) VALUES (?, ?, ?)",
-                (url, encode(record), us),
+                (url, soif, us),
             )
             self._touch(url, us)
             conn.execute("DELETE FROM tombstones WHERE url = ?", (url,))
@@ -579,12 +597,22 @@ class GathererDatabase:
         return us / _US
 
     async def refresh(
-        self, url: str, *, now: float, time_to_live: float, refresh_rate: float
+        self,
+        url: str,
+        *,
+        now: float,
+        time_to_live: float,
+        refresh_rate: float,
+        validators: tuple[str | None, str | None] | None = None,
     ) -> float | None:
         """The document was gathered again and is unchanged: push out its expiry and next
         refresh, clear its failures and give it a new update time (not a new content time).
-        None if ``url`` has no record."""
-        us = await self._call(self._writer.refresh, url, now, time_to_live, refresh_rate)
+        ``validators``, the (etag, last_modified) of a fetch that found the same content
+        under new validators, replace the stored ones (None keeps them). None if ``url`` has
+        no record."""
+        us = await self._call(
+            self._writer.refresh, url, now, time_to_live, refresh_rate, validators
+        )
         return None if us is None else us / _US
 
     async def fail(
@@ -621,7 +649,8 @@ class GathererDatabase:
         """Store a hand-written record for ``url``, merged over the generated one on export
         (its attributes win); gathering never changes it. Returns its update time: ``now``,
         or without it the next tick of the clock (a manual record has no lifetime, its
-        update time only has to order it among the changes)."""
+        update time only has to order it among the changes). The record already stored
+        changes nothing: its update time stays, so it is not exported again."""
         if record.url != url:
             raise ValueError(f"manual record is for {record.url!r}, not {url!r}")
         return await self._call(self._writer.put_manual, url, record, now) / _US

@@ -63,7 +63,7 @@ class RunStats:
     def lines(self) -> list[str]:
         """A plain-text summary, one fact per line."""
         out = [
-            f"elapsed {self.elapsed:.1f} s, {self.rate():.1f} documents/s",
+            f"elapsed {self.elapsed:.2f} s, {self.rate():.1f} documents/s",
             f"fetched {self.fetched} ({self.bytes} bytes), not modified {self.not_modified},"
             f" unchanged {self.unchanged}, fresh {self.fresh}",
             f"summarized {self.summarized}, stored {self.stored}, deleted {self.deleted},"

@@ -79,14 +79,28 @@ def build(
     records = []
     if members_as_records:
         for member in summary.embedded:
-            path = _member_name(member)
-            url = f"{fetched.url}#{quote(path, safe='/')}"
+            url = member_url(fetched.url, _member_name(member))
             attributes = [*common, *_summarized(member)]
             records.append(Record(TEMPLATE, url, _with_type(attributes, member)))
     else:
         for number, member in enumerate(summary.embedded, 1):
             own.extend((f"Embed{number}-{name}", value) for name, value in member)
     return [Record(TEMPLATE, fetched.url, tuple(own)), *records]
+
+
+def member_url(url: str, member: str) -> str:
+    """The URL of the record the archive member named ``member`` becomes (Members-As-Records):
+    the archive's URL with the member's path as its fragment."""
+    return f"{url}#{quote(member, safe='/')}"
+
+
+def member_urls(record: Record) -> tuple[str, ...]:
+    """The URLs the members of an archive's record become as records of their own, by its
+    ``Members`` attribute (one member path a line); none for other records."""
+    members = record.text("Members")
+    if not members:
+        return ()
+    return tuple(member_url(record.url, name) for name in members.split("\n") if name)
 
 
 def _common(

@@ -2,13 +2,15 @@
 generate them: ``|program`` lines (one URL per output line) and ``Enumeration=`` programs (the
 root URL on standard input, nine-field RootNode lines on standard output).
 
-A program that fails, hangs or prints a bad line is logged and skipped; the other roots are
-still gathered.
+A program that cannot start is logged and skipped; one that exits with an error is logged and
+what it printed is still used (it may have failed part-way); one that hangs is killed and its
+output ignored; a bad output line is logged and skipped. The other roots are always gathered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -113,7 +115,7 @@ async def _lines(
         return []
     try:
         async with asyncio.timeout(PROGRAM_TIMEOUT):
-            output, _ = await process.communicate(stdin)
+            output = await _communicate(process, stdin)
     except TimeoutError:
         process.kill()
         await process.wait()
@@ -129,3 +131,24 @@ async def _lines(
         for number, line in enumerate(text.splitlines(), 1)
         if line.strip()
     ]
+
+
+async def _communicate(process: asyncio.subprocess.Process, data: bytes) -> bytes:
+    """Give the program ``data`` on its input, then read its output to the end.
+
+    Not ``Process.communicate``: a program may exit without reading its input, and uvloop
+    refuses (RuntimeError) a write to a pipe it has closed, where asyncio ignores it. The
+    input is a line or nothing, well under a pipe's buffer, so it is written before reading.
+    """
+    stdin, stdout = process.stdin, process.stdout
+    assert stdin is not None  # (both are pipes)
+    assert stdout is not None
+    # No await between the check and the write: the pipe cannot close in between.
+    if data and not stdin.is_closing():
+        stdin.write(data)
+        with contextlib.suppress(ConnectionError):  # (it exited without reading)
+            await stdin.drain()
+    stdin.close()
+    output = await stdout.read()
+    await process.wait()
+    return output

@@ -21,7 +21,8 @@ Text results are then refined: a generic ``Text`` (say ``text/plain``) becomes `
 
 Type names: ``HTML``, ``Text``, ``README``, ``FAQ``, ``C``, ``Python``, ``ManPage``, ``PDF``,
 ``PostScript``, ``Tar``, ``Zip``, ``GNUCompressed``, ``BZip2Compressed``, ``XZCompressed``,
-``Image``, ``Audio``, ``Video``, ``Font``, ``Binary``.
+``Image``, ``Audio``, ``Video``, ``Font``, ``Binary``, and ``Directory`` (the listings the
+FILE, FTP and Gopher fetchers make, by their content types).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from gatherer.essence.document import Document
 # Text types that a name or content refines a generic "Text" into.
 _REFINED_TEXT = frozenset({"README", "FAQ", "C", "Python", "ManPage"})
 # Types whose content must be text; binary content under such a label is "Binary".
-TEXT_TYPES = frozenset({"Text", "HTML"} | _REFINED_TEXT)
+TEXT_TYPES = frozenset({"Text", "HTML", "Directory"} | _REFINED_TEXT)
 
 _SNIFF_BYTES = 4096
 _HTML_SNIFF_BYTES = 1024
@@ -61,6 +62,9 @@ _MANUAL_SECTION = re.compile(r"[1-9][a-z]?|man")
 
 # Media types by exact name; prefixes (image/, audio/...) are handled in _by_content_type.
 _MEDIA_TYPES = {
+    # What the FILE, FTP and Gopher fetchers call their listings.
+    "text/directory": "Directory",
+    "text/x-gopher-menu": "Directory",
     "text/html": "HTML",
     "application/xhtml+xml": "HTML",
     "text/plain": "Text",

@@ -164,6 +164,8 @@ def standard_site() -> Site:
                 "/tool.bin",
                 "/pkg.tar.gz",
                 "/paper.pdf",
+                "/slow.html",
+                "/huge.html",
                 "/private/secret.html",
                 "/logo.gif",
                 "http://elsewhere.invalid/",
@@ -206,5 +208,8 @@ def standard_site() -> Site:
     )
     docs["/paper.pdf"] = ("application/pdf", pdf("Hierarchical Object Caches", "Chankhunthod"))
     docs["/private/secret.html"] = (html, page("Secret", "Robots say no."))
+    docs["/slow.html"] = (html, page("Slow page", "Worth the wait."))
+    site.slow["/slow.html"] = 1.0
+    site.huge["/huge.html"] = 20 * 1024 * 1024
     docs["/logo.gif"] = ("image/gif", b"GIF89a" + b"\x00" * 20)
     return site

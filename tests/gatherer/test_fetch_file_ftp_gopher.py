@@ -1,14 +1,11 @@
-"""FILE, FTP (a real pyftpdlib server) and Gopher (a small server here) fetching, the Gopher
-menu parser, and the scheme dispatch."""
+"""FILE, FTP (a real pyftpdlib server) and Gopher (a small server; both from
+tests.gatherer.servers) fetching, the Gopher menu parser, and the scheme dispatch."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import threading
-import warnings
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +21,8 @@ from gatherer.fetch.gopher_menu import MenuItem
 from gatherer.fetch.result import Fetched, Validators
 from gatherer.fetch.settings import FetchSettings
 from gatherer.fetch.slots import ConnectionSlots
+from tests.gatherer.servers import Ftp, GopherServer, ftp_server
 from tests.support import Origin, free_port, static
-
-with warnings.catch_warnings():
-    # pyftpdlib still builds on asyncore, which Python 3.11 deprecates on import.
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from pyftpdlib.authorizers import DummyAuthorizer
-    from pyftpdlib.handlers import FTPHandler
-    from pyftpdlib.servers import FTPServer
 
 
 def settings(**overrides: Any) -> FetchSettings:
@@ -133,44 +124,15 @@ async def test_file_symlink_is_followed(tmp_path: Path) -> None:
 # -- FTP --------------------------------------------------------------------------------------
 
 
-@dataclass
-class Ftp:
-    port: int
-    public: Path
-    private: Path
-
-    def url(self, path: str) -> str:
-        return f"ftp://127.0.0.1:{self.port}{path}"
-
-
 @pytest.fixture
 def ftp(tmp_path: Path) -> Iterator[Ftp]:
-    """pyftpdlib on 127.0.0.1: anonymous read-only on pub/, user alice on private/."""
+    """Anonymous read-only on pub/, user alice on private/."""
     public = tree(tmp_path / "pub")
     private = tmp_path / "private"
     private.mkdir()
     (private / "diary.txt").write_bytes(b"Dear diary.\n")
-    authorizer = DummyAuthorizer()
-    authorizer.add_anonymous(str(public))
-    authorizer.add_user("alice", "secret", str(private), perm="elr")
-    # (auth_failed_timeout: pyftpdlib waits 3 s before answering a failed login)
-    attributes = {"authorizer": authorizer, "banner": "test ftpd", "auth_failed_timeout": 0.01}
-    handler = type("Handler", (FTPHandler,), attributes)
-    server = FTPServer(("127.0.0.1", 0), handler)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            server.serve_forever(timeout=0.05, blocking=False, handle_exit=False)
-        server.close_all()
-
-    thread = threading.Thread(target=serve, name="ftpd", daemon=True)
-    thread.start()
-    try:
-        yield Ftp(server.address[1], public, private)
-    finally:
-        stop.set()
-        thread.join(5)
+    with ftp_server(public, users={"alice": ("secret", private)}) as server:
+        yield server
 
 
 async def test_ftp_directory_listing(ftp: Ftp) -> None:
@@ -247,39 +209,6 @@ MENU = (
 )
 STUFFED = b"First line\r\n..starts with a dot\r\n.\r\n"
 BLOB = bytes(range(256)) + b"\r\n.\r\n" + bytes(range(256))
-
-
-class GopherServer:
-    """Answers each selector from a table; a missing one gets a Gopher error menu."""
-
-    def __init__(self) -> None:
-        self.documents: dict[bytes, bytes] = {}
-        self.selectors: list[bytes] = []
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(5):
-                selector = (await reader.readline()).removesuffix(b"\r\n")
-            self.selectors.append(selector)
-            missing = b"3'" + selector + b"' does not exist\t\terror.host\t1\r\n.\r\n"
-            writer.write(self.documents.get(selector, missing))
-            await writer.drain()
-        finally:
-            writer.close()
-
-    def url(self, path: str) -> str:
-        return f"gopher://127.0.0.1:{self.port}{path}"
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
 
 
 @pytest.fixture

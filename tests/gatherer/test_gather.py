@@ -103,6 +103,7 @@ async def test_site_is_gathered_through_the_cache(
             "/tool.bin",
             "/pkg.tar.gz",
             "/paper.pdf",
+            "/slow.html",
         )
     }
     assert set(got) == expected
@@ -115,6 +116,7 @@ async def test_site_is_gathered_through_the_cache(
     assert "/logo.gif" not in site.paths()
     assert stats.robots_denied == 1
     assert stats.fetch_errors["status"] == 1  # /missing.html
+    assert stats.fetch_errors["too_large"] == 1  # /huge.html: 20 MiB, Max-Document-Size 1 MB
     assert stats.admissions["host_max"] == 1  # elsewhere.invalid
     assert stats.stored == len(expected)
 

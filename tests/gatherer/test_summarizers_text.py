@@ -34,6 +34,7 @@ def test_registry_has_every_type_the_recognizer_names() -> None:
         "PDF",
         "ManPage",
         "Binary",
+        "Directory",
     }
 
 

@@ -14,6 +14,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gatherer.config import RootNode
+from gatherer.config import load as load_gatherer
 from harvest_cache.cli import main
 from tests.support import MakeCache, Origin, free_port, proxy_client, static
 
@@ -69,6 +71,15 @@ async def test_the_compose_prometheus_configuration_is_valid(tmp_path: Path) -> 
 )
 async def test_example_configurations_are_valid(path: Path) -> None:
     assert await asyncio.to_thread(main, ["--config", str(path), "--check-config"]) == 0
+
+
+def test_example_gatherer_configuration_is_valid() -> None:
+    config = load_gatherer(DEPLOY / "examples" / "gatherer.cf")
+    assert config.http_proxy == "http://127.0.0.1:3128"
+    assert [node.url for node in config.root_nodes if isinstance(node, RootNode)] == [
+        "http://www.example.edu/",
+        "ftp://ftp.example.edu/pub/docs/",
+    ]
 
 
 def dashboard_metrics() -> set[str]:

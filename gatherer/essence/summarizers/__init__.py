@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from gatherer.essence.document import Document, Parts
 from gatherer.essence.options import EssenceOptions
-from gatherer.essence.summarizers import binary, html, man, pdf, source, text
+from gatherer.essence.summarizers import binary, html, listing, man, pdf, source, text
 
 Summarizer = Callable[[Document, EssenceOptions], Parts]
 
@@ -20,6 +20,7 @@ SUMMARIZERS: dict[str, Summarizer] = {
     "PDF": pdf.summarize,
     "ManPage": man.summarize,
     "Binary": binary.summarize,
+    "Directory": listing.summarize,
 }
 
 __all__ = ["SUMMARIZERS", "Summarizer"]
