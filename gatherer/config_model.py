@@ -160,8 +160,8 @@ class GathererConfig:
     lookup), ``hosts_file`` (None: no file).
     Schedule: ``refresh_rate``, ``time_to_live``, ``access_delay`` (seconds).
     Summarizing: ``summarizer_timeout`` (seconds), ``summarizer_memory_mb``,
-    ``summarizer_workers`` (0: one per CPU), ``stoplist``, ``full_text``, ``unnest_max_bytes``,
-    ``unnest_max_members``, ``unnest_max_depth``, ``members_as_records``.
+    ``summarizer_workers`` (0: one per CPU but the first), ``stoplist``, ``full_text``,
+    ``unnest_max_bytes``, ``unnest_max_members``, ``unnest_max_depth``, ``members_as_records``.
     Archive: ``archive_rotate_bytes``. What to gather: ``root_nodes``, ``leaf_nodes``.
     """
 

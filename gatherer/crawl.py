@@ -95,7 +95,8 @@ class Crawl:
         self._robots_inflight: dict[str, asyncio.Future[Robots]] = {}
         self._addresses: dict[str, str | None] = {}
         self._wake = asyncio.Event()
-        self._running = 0
+        self._running = 0  # jobs not yet done (the run ends when none are left)
+        self._in_hand = 0  # of those, the ones still holding their document
         # Documents held in memory between fetch and store are bounded: fetching stops
         # while the summarizers are behind.
         self._in_hand_limit = 2 * settings.max_connections + 2
@@ -135,11 +136,12 @@ class Crawl:
             while True:
                 self._wake.clear()
                 now = self._monotonic()
-                while self._running < self._in_hand_limit:
+                while self._in_hand < self._in_hand_limit:
                     job = self._frontier.take(now)
                     if job is None:
                         break
                     self._running += 1
+                    self._in_hand += 1
                     tasks.create_task(self._job(job))
                 self._refresh_stats()
                 if self._running == 0:
@@ -148,6 +150,8 @@ class Crawl:
                     ready_at = self._frontier.next_ready_at()
                     if ready_at is None:  # queued work no slot will ever take: a frontier bug
                         raise RuntimeError(f"crawl stalled: {self._frontier!r}")
+                elif self._in_hand >= self._in_hand_limit:
+                    ready_at = None  # only a finishing job can make room: wait for one
                 else:
                     ready_at = self._frontier.next_ready_at()
                 delay = None if ready_at is None else max(0.0, ready_at - self._monotonic())
@@ -165,6 +169,7 @@ class Crawl:
         self.stats.elapsed = self._monotonic() - self.stats.started
 
     async def _job(self, job: Job) -> None:
+        holding = True
         try:
             try:
                 outcome = await self._fetch(job)
@@ -172,24 +177,39 @@ class Crawl:
                 # Politeness counts from the end of the contact; summarizing is not a contact.
                 self._frontier.finish(job, self._monotonic())
             links = await self._settle(outcome)
+            # The document is stored: another may be fetched while names are looked up.
+            holding = False
+            self._in_hand -= 1
+            self._wake.set()
             await self._offer(links, job)
         finally:
+            self._in_hand -= holding
             self._running -= 1
             self._wake.set()
 
     async def _offer(self, links: Sequence[str], job: Job) -> None:
-        """Offer a document's links in order, after looking up, all at once, the new host
-        names whose addresses Host= needs."""
-        hosts = {
-            _host(link)
-            for link in links
-            if _host(link) not in self._addresses and self._frontier.needs_address(link, parent=job)
-        }
-        await asyncio.gather(*(self._resolve(host) for host in hosts if host))
+        """Offer a document's links in order; those on host names whose addresses Host=
+        needs follow once the names are looked up (all at once), so a slow resolver holds
+        up only them."""
+        waiting = []
         for link in links:
-            ip = self._addresses.get(_host(link))
-            admission = self._frontier.offer(link, parent=job, ip=ip)
-            self.stats.admissions[admission.reason] += 1
+            host = _host(link)
+            if (
+                host
+                and host not in self._addresses
+                and self._frontier.needs_address(link, parent=job)
+            ):
+                waiting.append(link)
+            else:
+                self._admit(link, job)
+        if waiting:
+            await asyncio.gather(*(self._resolve(host) for host in set(map(_host, waiting))))
+            for link in waiting:
+                self._admit(link, job)
+
+    def _admit(self, link: str, job: Job) -> None:
+        admission = self._frontier.offer(link, parent=job, ip=self._addresses.get(_host(link)))
+        self.stats.admissions[admission.reason] += 1
 
     async def _fetch(self, job: Job) -> Fetched | Stored | None:
         """The fetched document, or the stored record to re-enumerate, or None (nothing)."""

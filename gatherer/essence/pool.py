@@ -113,11 +113,17 @@ class _BadFrame(Exception):
         super().__init__(reason)
 
 
+def default_workers() -> int:
+    """One worker per CPU but the first, at least one: the crawl's own process (fetching,
+    parsing responses, the database) keeps a core busy, and each worker costs memory."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
 class SummarizerPool:
-    """``workers`` processes (0: one per CPU) running ``target`` ("module:function", called as
-    ``target(document, options)``), each job limited to ``timeout`` seconds and each worker to
-    ``memory_mb`` MB more than its size at start. Use as ``async with``: entering starts the
-    workers, leaving stops them all."""
+    """``workers`` processes (0: ``default_workers()``) running ``target``
+    ("module:function", called as ``target(document, options)``), each job limited to
+    ``timeout`` seconds and each worker to ``memory_mb`` MB more than its size at start. Use
+    as ``async with``: entering starts the workers, leaving stops them all."""
 
     def __init__(
         self,
@@ -134,7 +140,7 @@ class SummarizerPool:
         self._memory_mb = memory_mb
         self._target = target
         self._max_jobs = max_jobs_per_worker
-        self._slots = [_Slot() for _ in range(workers or os.cpu_count() or 1)]
+        self._slots = [_Slot() for _ in range(workers or default_workers())]
         self._idle: deque[_Slot] = deque()
         self._waiters: deque[asyncio.Future[_Slot | None]] = deque()
         self._parked: list[_Slot] = []  # slots that need a worker while starts are suspended

@@ -4,9 +4,7 @@ count, and the text of the pages, read with pypdf."""
 from __future__ import annotations
 
 import io
-
-from pypdf import PasswordType, PdfReader
-from pypdf.errors import PyPdfError
+from typing import TYPE_CHECKING
 
 from gatherer.errors import SummarizeError
 from gatherer.essence.document import Document, Parts
@@ -19,9 +17,11 @@ from gatherer.essence.summarizers.text_tools import (
     utf8_prefix,
 )
 
+if TYPE_CHECKING:
+    from pypdf import PdfReader
+
 # Besides its own errors, pypdf lets these escape on malformed or hostile files.
-_PDF_ERRORS = (
-    PyPdfError,
+_ESCAPING_ERRORS = (
     ValueError,
     LookupError,
     TypeError,
@@ -38,13 +38,19 @@ def summarize(document: Document, options: EssenceOptions) -> Parts:
     ``Pages``, ``Abstract`` (the first pages' text) and, with ``full_text``, ``Full-Text``.
     An encrypted PDF is opened with the empty password; if that fails nothing is readable
     (the information dictionary is encrypted too) and no attributes are given."""
+    # pypdf is loaded with the first PDF: it is most of a summarizer worker's memory, and
+    # many gatherings never see a PDF.
+    from pypdf.errors import PyPdfError
+
     try:
         return _summarize(document.content, options)
-    except _PDF_ERRORS as error:
+    except (PyPdfError, *_ESCAPING_ERRORS) as error:
         raise SummarizeError(document.url, f"pdf: {type(error).__name__}") from error
 
 
 def _summarize(data: bytes, options: EssenceOptions) -> Parts:
+    from pypdf import PasswordType, PdfReader
+
     reader = PdfReader(io.BytesIO(data))
     if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
         return Parts()
