@@ -1,5 +1,6 @@
-"""Harvest's Broker: collects SOIF summaries, indexes them and answers queries.
+"""Harvest's Broker: collects SOIF summaries from gatherers and other brokers into a registry,
+indexes them and answers attribute queries (docs/broker.md).
 
-Not built yet: see the open issues."""
+``broker.app.Broker`` is a running broker; ``harvest-broker`` its command line."""
 
 __all__: list[str] = []

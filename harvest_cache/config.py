@@ -565,35 +565,56 @@ SECTIONS: dict[str, type[Any]] = {f.name: f.default_factory for f in fields(Conf
 
 def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     """Build a Config from parsed TOML, reporting every problem in one ConfigError."""
+    config = Config(**read_sections(raw, SECTIONS, origin))
     problems: list[str] = []
-    sections: dict[str, Any] = {}
-    for name, table in raw.items():
-        cls = SECTIONS.get(name)
-        if cls is None:
-            problems.append(f"{origin}: unknown section [{name}] (known: {', '.join(SECTIONS)})")
-            continue
-        if not isinstance(table, Mapping):
-            problems.append(f"{origin}: [{name}] must be a table")
-            continue
-        known = {f.name: f for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for key, value in table.items():
-            f = known.get(key)
-            if f is None:
-                problems.append(f"{origin}: unknown key {name}.{key}")
-                continue
-            try:
-                values[key] = f.metadata["parse"](value)
-            except ValueError as e:
-                problems.append(f"{origin}: {name}.{key}: {e}")
-        sections[name] = cls(**values)
-    if problems:
-        raise ConfigError(problems)
-    config = Config(**sections)
     _check_consistency(config, origin, problems)
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def read_sections(
+    raw: Mapping[str, Any], sections: Mapping[str, type[Any]], origin: str
+) -> dict[str, Any]:
+    """Each ``[section]`` of ``raw`` built as its dataclass in ``sections`` (fields declared
+    with ``setting``); every unknown section or key and bad value in one ConfigError. Shared
+    by the other Harvest components' configurations."""
+    problems: list[str] = []
+    built: dict[str, Any] = {}
+    for name, table in raw.items():
+        cls = sections.get(name)
+        if cls is None:
+            problems.append(f"{origin}: unknown section [{name}] (known: {', '.join(sections)})")
+            continue
+        if not isinstance(table, Mapping):
+            problems.append(f"{origin}: [{name}] must be a table")
+            continue
+        values = read_table(table, cls, origin, f"{name}.", problems)
+        if values is not None:
+            built[name] = cls(**values)
+    if problems:
+        raise ConfigError(problems)
+    return built
+
+
+def read_table(
+    table: Mapping[str, Any], cls: type[Any], origin: str, prefix: str, problems: list[str]
+) -> dict[str, Any] | None:
+    """The checked values of ``table`` for ``cls``'s settings; problems are appended (keys
+    named ``prefix`` + key, e.g. ``server.listen``) and None returned if there were any."""
+    known = {f.name: f for f in fields(cls)}
+    values: dict[str, Any] = {}
+    before = len(problems)
+    for key, value in table.items():
+        f = known.get(key)
+        if f is None:
+            problems.append(f"{origin}: unknown key {prefix}{key}")
+            continue
+        try:
+            values[key] = f.metadata["parse"](value)
+        except ValueError as e:
+            problems.append(f"{origin}: {prefix}{key}: {e}")
+    return values if len(problems) == before else None
 
 
 def _check_consistency(config: Config, origin: str, problems: list[str]) -> None:
@@ -617,22 +638,25 @@ def load(path: Path | None, overrides: Mapping[str, Mapping[str, Any]] | None = 
 
     Overrides are raw values keyed by section and key, checked like the file's own.
     """
-    raw: dict[str, Any] = {}
+    raw = read_toml(path) if path is not None else {}
     origin = str(path) if path else "defaults"
-    if path is not None:
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
-        except UnicodeDecodeError:
-            raise ConfigError([f"{path}: not UTF-8 text"]) from None
     for section, values in (overrides or {}).items():
         table = raw.setdefault(section, {})
         if isinstance(table, dict):
             table.update(values)
     return from_mapping(raw, origin)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML file at ``path``; an unreadable or malformed file is a ConfigError."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"{path}: not UTF-8 text"]) from None
 
 
 def reference() -> str:
@@ -646,14 +670,17 @@ def reference() -> str:
         " `harvest-cache --config-reference`.",
     ]
     defaults = Config()
-    for name, cls in SECTIONS.items():
-        lines += ["", f"## [{name}]", "", "| key | default | meaning |", "| --- | --- | --- |"]
-        section = getattr(defaults, name)
-        for f in fields(cls):
-            lines.append(
-                f"| `{f.name}` | `{_show(getattr(section, f.name))}` | {f.metadata['doc']} |"
-            )
+    for name in SECTIONS:
+        lines += ["", f"## [{name}]", "", *reference_table(getattr(defaults, name))]
     return "\n".join(lines) + "\n"
+
+
+def reference_table(defaults: Any) -> list[str]:
+    """A Markdown table of a settings dataclass's keys, defaults and documentation."""
+    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
+    for f in fields(defaults):
+        lines.append(f"| `{f.name}` | `{_show(getattr(defaults, f.name))}` | {f.metadata['doc']} |")
+    return lines
 
 
 def _show(value: Any) -> str:

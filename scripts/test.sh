@@ -6,11 +6,13 @@ PY=${PYTHON:-python3.11}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 # Real servers and tools some tests run (Debian's packages): Squid, to compare caching
-# behaviour and to peer with over ICP; promtool (in the prometheus package), to check metrics.
+# behaviour and to peer with over ICP; promtool (in the prometheus package), to check metrics;
+# Chromium, headless, to drive the broker's search page.
 if ! command -v squid >/dev/null && [ -x /usr/sbin/squid ]; then export PATH="$PATH:/usr/sbin"; fi
 MISSING=""
 command -v squid >/dev/null || MISSING="$MISSING squid"
 command -v promtool >/dev/null || MISSING="$MISSING prometheus"
+command -v chromium >/dev/null || MISSING="$MISSING chromium"
 if [ -n "$MISSING" ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     # The packages would start their own services; the tests start what they need.

@@ -1,0 +1,170 @@
+"""A running broker: the registry and index opened from the configuration, collections pulled
+on their schedules into the registry and from there into the index, garbage collected
+periodically, and the HTTP API and search page served.
+
+Everything long-lived is owned by one exit stack; ``stop`` (or leaving ``async with``) ends the
+scheduler, the collector, the web server, the index and the registry, in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from aiohttp import web
+
+from broker.collector import Collector, PullResult
+from broker.config import CollectionConfig, Config
+from broker.errors import BrokerError
+from broker.index.tantivy_engine import TantivyIndex
+from broker.registry import Registry
+from broker.scheduler import Scheduler
+from broker.search import Searcher
+from broker.sync import IndexSync, Reconciled
+
+log = logging.getLogger(__name__)
+
+REGISTRY_FILE = "registry.db"
+INDEX_DIR = "index"
+
+
+@dataclass(slots=True)
+class Settings:
+    """What administrators may change while the broker runs."""
+
+    default_ttl: float
+    collections: dict[str, CollectionConfig] = field(default_factory=dict)
+
+
+class Broker:
+    """Start with ``await Broker.start(config)``; ``address`` is where it listens."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.settings = Settings(config.broker.default_ttl, {c.name: c for c in config.collections})
+        self.started = time.time()
+        self._stack = AsyncExitStack()
+        self.registry: Registry
+        self.index: TantivyIndex
+        self.sync: IndexSync
+        self.searcher: Searcher
+        self.scheduler: Scheduler
+        self.address: tuple[str, int] = ("", 0)
+        self._changes = asyncio.Lock()  # one writer of the index at a time
+        # Garbage collections run (periodic and asked for), failed, and when the last ended.
+        self.gc_runs = 0
+        self.gc_failures = 0
+        self.gc_last: float | None = None
+
+    @classmethod
+    async def start(cls, config: Config) -> Broker:
+        broker = cls(config)
+        try:
+            await broker._open()
+        except BaseException:
+            await broker._stack.aclose()
+            raise
+        return broker
+
+    async def __aenter__(self) -> Broker:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
+
+    async def _open(self) -> None:
+        from broker.api import make_app  # the API module imports this one
+
+        directory = self.config.broker.data_dir
+        await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
+        stack = self._stack
+        self.registry = await stack.enter_async_context(
+            await Registry.open(directory / REGISTRY_FILE)
+        )
+        self.index = await stack.enter_async_context(await TantivyIndex.open(directory / INDEX_DIR))
+        self.sync = IndexSync(self.registry, self.index)
+        self.searcher = Searcher(self.registry, self.index)
+        # A crash after a pull but before the index caught up leaves a backlog: apply it.
+        await self.sync.catch_up()
+        runner = web.AppRunner(make_app(self), access_log=None)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        listen = self.config.broker.listen
+        site = web.TCPSite(runner, listen.host, listen.port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        self.address = (str(host), int(port))
+        collector = await stack.enter_async_context(Collector(self.config.broker, self.registry))
+        self.scheduler = await stack.enter_async_context(
+            Scheduler(collector, self.config.collections, self._pulled)
+        )
+        await stack.enter_async_context(self._collecting_garbage())
+        log.info("broker %s listening on %s:%d", self.config.broker.name, *self.address)
+
+    async def _pulled(self, result: PullResult) -> None:
+        await self.catch_up()
+
+    async def catch_up(self) -> int:
+        """Bring the index up to the registry: after a pull, or a change made outside the
+        scheduler (an HSR registration). Returns how many changes were applied."""
+        async with self._changes:
+            return await self.sync.catch_up()
+
+    async def collect_garbage(self) -> Reconciled:
+        """Remove expired objects and make the index match the registry."""
+        try:
+            async with self._changes:
+                expired = await self.registry.expire(time.time())
+                reconciled = await self.sync.reconcile()
+        except BrokerError:
+            self.gc_failures += 1
+            raise
+        finally:
+            self.gc_runs += 1
+            self.gc_last = time.time()
+        if expired or reconciled.added or reconciled.removed:
+            log.info(
+                "garbage collection: %d expired, index %d added %d removed",
+                len(expired),
+                reconciled.added,
+                reconciled.removed,
+            )
+        return reconciled
+
+    async def rebuild_index(self) -> int:
+        """Empty the index and fill it again from the registry."""
+        async with self._changes:
+            return await self.sync.rebuild()
+
+    @contextlib.asynccontextmanager
+    async def _collecting_garbage(self) -> AsyncIterator[None]:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(self.config.broker.gc_period)
+                try:
+                    await self.collect_garbage()
+                except BrokerError as error:
+                    # One failure (a busy disk) must not end garbage collection for good.
+                    log.error("garbage collection failed: %s", error)
+
+        task = asyncio.create_task(loop())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

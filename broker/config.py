@@ -1,0 +1,222 @@
+"""The broker's configuration: frozen dataclasses loaded once from TOML by ``load``.
+
+Sections ``[broker]`` and ``[hsr]``, and one ``[[collections]]`` table per source. Settings
+are declared with the cache's ``setting`` (default, documentation, checking parser) and read
+by its section reader, so every unknown key and bad value is reported with its name and the
+reason, all at once; ``reference()`` documents every key (docs/broker-configuration.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker.errors import ConfigError
+from harvest_cache.config import (
+    Address,
+    address,
+    boolean,
+    integer,
+    number,
+    read_sections,
+    read_table,
+    read_toml,
+    reference_table,
+    setting,
+    text,
+)
+from harvest_cache.errors import ConfigError as CacheConfigError
+
+DAY = 86400.0
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def optional_text(v: Any) -> str | None:
+    return None if v == "" else text(v)
+
+
+def source_url(v: Any) -> str:
+    """An ``http://`` or ``https://`` base URL, without a trailing slash."""
+    s = text(v)
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", s):
+        raise ValueError(f"expected an http:// or https:// URL, got {s!r}")
+    return s.rstrip("/")
+
+
+def optional_url(v: Any) -> str | None:
+    return None if v == "" else source_url(v)
+
+
+def collection_name(v: Any) -> str:
+    s = text(v)
+    if not _NAME.fullmatch(s):
+        raise ValueError(f"expected letters, digits, '.', '_', '-' (at most 64), got {s!r}")
+    return s
+
+
+def source_kind(v: Any) -> str:
+    if v not in ("gatherer", "broker"):
+        raise ValueError(f"expected 'gatherer' or 'broker', got {v!r}")
+    return str(v)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    name: str = setting("Harvest Broker", "The broker's name, shown on its pages.", text)
+    listen: Address = setting(
+        Address("127.0.0.1", 8501),
+        "Address of the query API and search page (Harvest's broker port is 8501).",
+        address,
+    )
+    data_dir: Path = setting(
+        Path("var/broker"),
+        "Directory of the registry database and the index.",
+        lambda v: Path(text(v)),
+    )
+    default_ttl: float = setting(
+        30 * DAY, "Seconds an object lives when its record gives no Time-to-Live.", number(1, 1e9)
+    )
+    gc_period: float = setting(
+        3600.0,
+        "Seconds between garbage collections (expiry, index reconciliation).",
+        number(1, 1e7),
+    )
+    admin_token: str | None = setting(
+        None,
+        "Bearer token for the admin API; empty or absent: admin actions are refused.",
+        optional_text,
+    )
+    proxy: str | None = setting(
+        None,
+        "A cache (`http://host:port`) that pulls go through when a collection says so.",
+        optional_url,
+    )
+    user_agent: str = setting("HarvestBroker/0.1", "User-Agent of the collector's pulls.", text)
+    pull_timeout: float = setting(
+        300.0, "Seconds one pull may take, start to end.", number(1, 86400)
+    )
+    max_results: int = setting(100, "Most results one query page may ask for.", integer(1, 10000))
+
+
+@dataclass(frozen=True, slots=True)
+class HsrSettings:
+    url: str | None = setting(
+        None,
+        "The Harvest Server Registry (a broker) to register this broker at; none: do not.",
+        optional_url,
+    )
+    description: str = setting("", "What this broker indexes, for the registry's record.", str)
+    administrator: str = setting("", "Who runs it (an address), for the registry's record.", str)
+    renew: float = setting(
+        DAY,
+        "Seconds between renewals of the registration (before its TTL runs out).",
+        number(60, 1e8),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionConfig:
+    """One source of records: a gatherer's export or another broker's bulk API."""
+
+    name: str = setting("", "Unique name of the collection.", collection_name)
+    source: str = setting(
+        "", "Base URL of the gatherer (its /records) or broker (/bulk).", source_url
+    )
+    kind: str = setting("gatherer", "`gatherer` or `broker`.", source_kind)
+    interval: float = setting(3600.0, "Seconds between pulls.", number(10, 1e8))
+    incremental: bool = setting(
+        True, "Pull only the changes since the last successful pull.", boolean
+    )
+    query: str | None = setting(
+        None, "Broker sources only: pull just the objects matching this query.", optional_text
+    )
+    ttl: float | None = setting(
+        None,
+        "Seconds objects live when their records say nothing (default: broker.default_ttl).",
+        number(1, 1e9),
+    )
+    via_proxy: bool = setting(False, "Pull through broker.proxy.", boolean)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    hsr: HsrSettings = field(default_factory=HsrSettings)
+    collections: tuple[CollectionConfig, ...] = ()
+
+    def collection(self, name: str) -> CollectionConfig | None:
+        return next((c for c in self.collections if c.name == name), None)
+
+
+SECTIONS: dict[str, type[Any]] = {"broker": BrokerSettings, "hsr": HsrSettings}
+REQUIRED = ("name", "source")
+
+
+def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
+    """A Config from parsed TOML; every problem reported in one ConfigError."""
+    raw = dict(raw)
+    tables = raw.pop("collections", [])
+    problems: list[str] = []
+    try:
+        sections = read_sections(raw, SECTIONS, origin)
+    except CacheConfigError as e:
+        problems += e.problems
+        sections = {}
+    collections = _collections(tables, origin, problems)
+    if problems:
+        raise ConfigError(problems)
+    return Config(**sections, collections=collections)
+
+
+def _collections(tables: Any, origin: str, problems: list[str]) -> tuple[CollectionConfig, ...]:
+    if not isinstance(tables, list) or not all(isinstance(t, Mapping) for t in tables):
+        problems.append(f"{origin}: collections must be an array of tables ([[collections]])")
+        return ()
+    out = []
+    for number_, table in enumerate(tables):
+        where = f"collections[{number_}]."
+        missing = [key for key in REQUIRED if key not in table]
+        problems += [f"{origin}: {where}{key}: required" for key in missing]
+        values = read_table(table, CollectionConfig, origin, where, problems)
+        if values is None or missing:
+            continue
+        collection = CollectionConfig(**values)
+        if collection.query is not None and collection.kind != "broker":
+            problems.append(f"{origin}: {where}query: only a broker source can filter by query")
+        out.append(collection)
+    names = [c.name for c in out]
+    problems += [
+        f"{origin}: collections: name {n!r} used twice"
+        for n in sorted(set(names))
+        if names.count(n) > 1
+    ]
+    return tuple(out)
+
+
+def load(path: Path) -> Config:
+    """The configuration in the TOML file at ``path`` (synchronous: call it before the loop
+    starts, or in a thread)."""
+    try:
+        raw = read_toml(path)
+    except CacheConfigError as e:
+        raise ConfigError(e.problems) from None
+    return from_mapping(raw, str(path))
+
+
+def reference() -> str:
+    """Markdown documentation of every setting, generated from the declarations."""
+    lines = [
+        "# Broker configuration reference",
+        "",
+        "`harvest-broker serve CONFIG` reads a TOML file with the sections below; every key is",
+        "optional except a collection's `name` and `source`. An unknown key or a bad value is",
+        "reported with its name and the reason. Generated by `harvest-broker config-reference`.",
+    ]
+    defaults = Config()
+    for name in SECTIONS:
+        lines += ["", f"## [{name}]", "", *reference_table(getattr(defaults, name))]
+    lines += ["", "## [[collections]]", "", *reference_table(CollectionConfig())]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,384 @@
+"""The Harvest Server Registry (HSR): one SOIF record per gatherer, broker, cache and
+replicator, held by a broker so that it can be searched and replicated like any collection.
+
+**Server records.** Template ``GATHERER``, ``BROKER``, ``CACHE`` or ``REPLICATOR``; the URL
+is where the server answers (``http://host:port/``; the record's identity: registering the
+same URL again renews it). Attributes:
+
+=================  ==========================================================================
+Name               the server's name (required)
+Host, Port         where it runs (required; Port 1-65535); Ports: more, free text
+Description        what it holds or serves (its contents), free text
+Administrator      who runs it (an address)
+Software-Version   what it runs
+Server-Type        the template in lower case, set by the registry (``Server-Type: broker``)
+Last-Seen          when it last registered (epoch seconds), set by the registry
+Update-Time        the same, the broker's usual attribute
+Time-to-Live       seconds the registration lasts without a renewal (default 2 days)
+=================  ==========================================================================
+
+**Registration.** ``POST /api/hsr/register`` with one record as the body. It is validated
+(``validate``), stamped, and written into the local collection ``hsr`` through the registry's
+staged pull, then the index catches up: registrations get change numbers like pulled objects,
+so the bulk export replicates them, and expire (removed by garbage collection) when not
+renewed within their Time-to-Live. ``GET /api/hsr`` lists the unexpired ones. Any broker
+accepts registrations (any broker can be an HSR); the body is bounded and checked.
+
+**Clients.** ``register`` posts one record; ``registering`` keeps the running broker's own
+record renewed (``[hsr]`` configuration); ``harvest-broker register`` lets other programs
+(caches, gatherers, replicators) register from cron or a systemd timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+
+from broker.errors import BrokerError, QuerySyntaxError
+from broker.metrics import BrokerMetrics
+from broker.oid import GATHERER_ATTRIBUTES, oid
+from broker.registry import Stored
+from gatherer.errors import SoifError
+from gatherer.soif import Record, decode, encode
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+
+log = logging.getLogger(__name__)
+
+COLLECTION = "hsr"
+TYPES = ("gatherer", "broker", "cache", "replicator")
+TEMPLATES = frozenset(t.upper() for t in TYPES)
+REQUIRED = ("Name", "Host", "Port")
+DAY = 86_400.0
+DEFAULT_TTL = 2 * DAY
+MAX_TTL = 365 * DAY
+MAX_BODY = 64 * 1024  # one server record; far more than its attributes need
+MAX_LIST = 1000  # registrations one GET /api/hsr returns at most
+SOIF_TYPE = "application/x-soif"
+# Attributes the registry sets itself (whatever the server sent), and those it drops: a
+# registration is filed under the ``hsr`` collection by its URL, never by a gatherer's name.
+STAMPED = ("Server-Type", "Last-Seen", "Update-Time", "Time-to-Live")
+_DROPPED = frozenset(a.lower() for a in GATHERER_ATTRIBUTES)
+_STAMPED_KEYS = frozenset(a.lower() for a in STAMPED)
+_HOST = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}")
+# After a failed renewal the broker tries again this soon (or at its renew period if sooner).
+RETRY = 60.0
+
+
+class RegistrationError(BrokerError):
+    """A registration the HSR refuses (bad record): ``reason`` says why (400)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class HsrClientError(BrokerError):
+    """Registering at an HSR failed: ``refused`` (it answered 4xx: the record is bad) or
+    ``unavailable`` (no answer, or 5xx: try again later)."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        self.kind = kind
+        self.reason = reason
+        super().__init__(f"{kind}: {reason}")
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:.3f}"
+
+
+def server_record(
+    kind: str,
+    *,
+    name: str,
+    host: str,
+    port: int,
+    url: str | None = None,
+    description: str = "",
+    administrator: str = "",
+    version: str = "",
+    ttl: float | None = None,
+) -> Record:
+    """A server record of ``kind`` (gatherer, broker, cache, replicator), as a server
+    registering itself builds it; ``url`` defaults to ``http://host:port/``."""
+    if kind not in TYPES:
+        raise ValueError(f"server type must be one of {', '.join(TYPES)}, got {kind!r}")
+    where = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    attributes: list[tuple[str, bytes]] = [
+        ("Name", name.encode()),
+        ("Host", host.encode()),
+        ("Port", str(port).encode()),
+    ]
+    for attribute, value in (
+        ("Description", description),
+        ("Administrator", administrator),
+        ("Software-Version", version),
+    ):
+        if value:
+            attributes.append((attribute, value.encode()))
+    if ttl is not None:
+        attributes.append(("Time-to-Live", _seconds(ttl).encode()))
+    return Record(kind.upper(), url or f"http://{where}:{port}/", tuple(attributes))
+
+
+def validate(record: Record, now: float) -> Record:
+    """The record to store for a registration received at ``now``: checked (template,
+    required attributes, URL, port, TTL) and stamped (Server-Type, Last-Seen, Update-Time,
+    Time-to-Live). Raises RegistrationError with the reason."""
+    if record.template not in TEMPLATES:
+        allowed = ", ".join(sorted(TEMPLATES))
+        raise RegistrationError(f"template must be one of {allowed}, got {record.template!r}")
+    parts = urlsplit(record.url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise RegistrationError(f"URL must be http:// or https://, got {record.url[:200]!r}")
+    for attribute in REQUIRED:
+        value = (record.text(attribute) or "").strip()
+        if not value:
+            raise RegistrationError(f"attribute {attribute} is required")
+    host = (record.text("Host") or "").strip()
+    if not _HOST.fullmatch(host):
+        raise RegistrationError(f"Host must be a host name or address, got {host[:80]!r}")
+    port = (record.text("Port") or "").strip()
+    if not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise RegistrationError(f"Port must be a number from 1 to 65535, got {port[:20]!r}")
+    ttl = DEFAULT_TTL
+    if (given := record.text("Time-to-Live")) is not None:
+        try:
+            ttl = float(given.strip())
+        except ValueError:
+            ttl = math.nan
+        if not (math.isfinite(ttl) and 0 < ttl <= MAX_TTL):
+            raise RegistrationError(
+                f"Time-to-Live must be seconds from 1 to {MAX_TTL:.0f}, got {given[:40]!r}"
+            )
+    kept = tuple(
+        (name, value)
+        for name, value in record.attributes
+        if name.lower() not in _DROPPED and name.lower() not in _STAMPED_KEYS
+    )
+    stamps = (
+        ("Server-Type", record.template.lower()),
+        ("Last-Seen", _seconds(now)),
+        ("Update-Time", _seconds(now)),
+        ("Time-to-Live", _seconds(ttl)),
+    )
+    return Record(record.template, record.url, kept + tuple((n, v.encode()) for n, v in stamps))
+
+
+def parse_body(body: bytes) -> Record:
+    """The one server record in a request body; RegistrationError otherwise."""
+    try:
+        items = decode(body)
+    except SoifError as error:
+        raise RegistrationError(f"the body is not SOIF: {error}") from error
+    if len(items) != 1 or not isinstance(items[0], Record):
+        raise RegistrationError("the body must hold exactly one SOIF record")
+    return items[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """A registration as the HSR holds it."""
+
+    oid: str
+    url: str
+    type: str
+    expires: float
+    renewed: bool  # the server was registered already
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "oid": self.oid,
+            "url": self.url,
+            "type": self.type,
+            "expires": self.expires,
+            "renewed": self.renewed,
+        }
+
+
+async def accept(broker: Broker, record: Record, now: float) -> Registration:
+    """Validate ``record`` and store it in the ``hsr`` collection (a new registration, or a
+    renewal of the same URL's), then bring the index up to date."""
+    stored = validate(record, now)
+    key = oid(COLLECTION, stored.url)
+    before = await broker.registry.get(key)
+    async with broker.registry.begin(COLLECTION) as pull:
+        await pull.add([stored])
+        await pull.commit(cursor=None, complete=False, now=now, default_ttl=DEFAULT_TTL)
+    await broker.catch_up()
+    after = await broker.registry.get(key)
+    expires = after.expires if after is not None else now + DEFAULT_TTL
+    return Registration(key, stored.url, record.template.lower(), expires, before is not None)
+
+
+def server_json(stored: Stored) -> dict[str, Any]:
+    """A registration for GET /api/hsr."""
+    record = stored.record
+
+    def text(name: str) -> str | None:
+        return record.text(name)
+
+    port = text("Port")
+    last_seen = text("Last-Seen")
+    return {
+        "oid": stored.oid,
+        "url": stored.url,
+        "type": record.template.lower(),
+        "name": text("Name"),
+        "host": text("Host"),
+        "port": int(port) if port is not None and port.strip().isdigit() else None,
+        "description": text("Description"),
+        "administrator": text("Administrator"),
+        "software_version": text("Software-Version"),
+        "last_seen": float(last_seen) if last_seen and _is_number(last_seen) else None,
+        "expires": stored.expires,
+        "collection": stored.collection,
+    }
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+class HsrService:
+    """The HSR's handlers over one broker."""
+
+    def __init__(self, broker: Broker, metrics: BrokerMetrics) -> None:
+        self._broker = broker
+        self._metrics = metrics
+
+    async def register(self, request: web.Request) -> web.Response:
+        try:
+            body = await _body(request, MAX_BODY)
+            registration = await accept(self._broker, parse_body(body), time.time())
+        except RegistrationError:
+            self._metrics.hsr_registrations.labels("invalid", "invalid").inc()
+            raise
+        outcome = "renewed" if registration.renewed else "new"
+        self._metrics.hsr_registrations.labels(registration.type, outcome).inc()
+        return web.json_response(registration.json(), status=200 if registration.renewed else 201)
+
+    async def list(self, request: web.Request) -> web.Response:
+        """Unexpired registrations, optionally of one ``type`` and matching query ``q``."""
+        kind = request.query.get("type")
+        if kind is not None and kind not in TYPES:
+            raise RegistrationError(f"type must be one of {', '.join(TYPES)}, got {kind!r}")
+        wanted = kind or " OR ".join(TYPES)
+        text = f"Server-Type: ({wanted})"
+        if extra := request.query.get("q", "").strip():
+            text = f"{text} AND ({extra})"
+        now = time.time()
+        try:
+            with self._metrics.query("hsr"):
+                page = await self._broker.searcher.search(text, limit=MAX_LIST)
+        except QuerySyntaxError as error:
+            # Positions refer to the q parameter, not to the query it was wrapped in.
+            offset = len(text) - len(extra) - 1
+            raise QuerySyntaxError(extra, max(0, error.position - offset), error.reason) from None
+        stored = await self._broker.registry.get_many(r.oid for r in page.results)
+        servers = [
+            server_json(s)
+            for r in page.results
+            if (s := stored.get(r.oid)) is not None
+            and s.record.template in TEMPLATES
+            and s.expires > now
+        ]
+        servers.sort(key=lambda s: (s["type"], s["name"] or "", s["url"]))
+        return web.json_response({"total": len(servers), "servers": servers})
+
+
+async def _body(request: web.Request, limit: int) -> bytes:
+    """The request body, read until its end or until it is over ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise RegistrationError(f"a server record may have at most {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def add_routes(app: web.Application, broker: Broker, metrics: BrokerMetrics) -> None:
+    service = HsrService(broker, metrics)
+    app.router.add_post("/api/hsr/register", service.register)
+    app.router.add_get("/api/hsr", service.list)
+
+
+# -- clients ---------------------------------------------------------------------------------
+
+
+async def register(hsr_url: str, record: Record, session: aiohttp.ClientSession) -> dict[str, Any]:
+    """Register (or renew) ``record`` at the HSR at ``hsr_url`` (a broker's base URL);
+    returns its answer (oid, url, type, expires, renewed). Raises HsrClientError."""
+    url = hsr_url.rstrip("/") + "/api/hsr/register"
+    try:
+        async with session.post(
+            url, data=encode(record), headers={"Content-Type": SOIF_TYPE}
+        ) as response:
+            if response.status in (200, 201):
+                answer: dict[str, Any] = await response.json()
+                return answer
+            text = (await response.content.read(500)).decode("utf-8", "replace")
+            try:
+                reason = str(json.loads(text).get("error", text))
+            except (ValueError, AttributeError):
+                reason = " ".join(text.split())
+            kind = "refused" if 400 <= response.status < 500 else "unavailable"
+            raise HsrClientError(kind, f"{url} answered {response.status}: {reason}")
+    except aiohttp.ClientError as error:
+        raise HsrClientError("unavailable", f"{url}: {type(error).__name__}: {error}") from error
+    except TimeoutError as error:
+        raise HsrClientError("unavailable", f"{url}: no answer in time") from error
+
+
+@contextlib.asynccontextmanager
+async def registering(
+    hsr_url: str,
+    make_record: Callable[[], Record],
+    renew: float,
+    *,
+    retry: float = RETRY,
+    request_seconds: float = 30.0,
+) -> AsyncIterator[None]:
+    """Keep a server registered at ``hsr_url`` while the block runs: register at once, then
+    every ``renew`` seconds (after a failure, again in ``min(retry, renew)``)."""
+
+    async def loop() -> None:
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=request_seconds)
+        ) as session:
+            while True:
+                try:
+                    answer = await register(hsr_url, make_record(), session)
+                except HsrClientError as error:
+                    log.warning("HSR registration at %s failed: %s", hsr_url, error)
+                    delay = min(retry, renew)
+                else:
+                    log.info("registered at the HSR %s until %s", hsr_url, answer.get("expires"))
+                    delay = renew
+                await asyncio.sleep(delay)
+
+    task = asyncio.create_task(loop(), name="hsr registration")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,264 @@
+"""The broker's Prometheus metrics: what its request paths count, and what is read from the
+running broker at scrape time.
+
+Every metric lives in the broker's own ``CollectorRegistry`` (several brokers can run in one
+process, as the tests do). Request paths feed counters and the query latency histogram; the
+gauges and the pull counters are read from the registry, the index and the scheduler when
+``/metrics`` is scraped (``exposition``), so the collector and scheduler need no hooks.
+
+Label values are bounded by construction: interfaces, outcomes, modes and server types are
+fixed sets; routes are the application's registered ones; a collection label is a scheduled
+collection's name or ``hsr`` (objects of collections no longer configured are counted under
+``other``). Never a URL, a query or a client address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.metadata
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from broker.errors import QuerySyntaxError
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+    from broker.scheduler import CollectionStatus
+
+# Seconds: from a cached term lookup (a fraction of a millisecond) to a regular expression
+# checked over thousands of candidates.
+QUERY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+INTERFACES = ("api", "page", "hsr")
+QUERY_OUTCOMES = ("ok", "syntax_error", "error")
+OTHER = "other"  # the collection label of objects whose collection is no longer scheduled
+HSR_COLLECTION = "hsr"
+
+
+@functools.cache
+def software_version() -> str:
+    """The installed harvest distribution's version. Reads package metadata from disk the
+    first time: call it once off the event loop (start-up does), then it is cached."""
+    try:
+        return importlib.metadata.version("harvest")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """What a scrape reads from the running broker (filled by ``exposition``)."""
+
+    objects: int = 0
+    by_collection: dict[str, int] = field(default_factory=dict)
+    index_documents: int = 0
+    last_seq: int = 0
+    indexed_seq: int = 0
+    collections: dict[str, CollectionStatus] = field(default_factory=dict)
+    gc_runs: int = 0
+    gc_failures: int = 0
+    gc_last: float | None = None
+    started: float = 0.0
+    version: str = "unknown"
+
+
+class _Scraped(Collector):
+    """Yields the families read at scrape time from the latest Snapshot."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._metrics.snapshot
+        yield GaugeMetricFamily(
+            "harvest_broker_objects", "Objects in the registry.", value=s.objects
+        )
+        objects = GaugeMetricFamily(
+            "harvest_broker_collection_objects",
+            "Objects in the registry by collection.",
+            labels=["collection"],
+        )
+        for name, count in sorted(s.by_collection.items()):
+            objects.add_metric([name], count)
+        yield objects
+        yield GaugeMetricFamily(
+            "harvest_broker_index_documents", "Objects in the index.", value=s.index_documents
+        )
+        yield GaugeMetricFamily(
+            "harvest_broker_change_sequence",
+            "The registry's last change number.",
+            value=s.last_seq,
+        )
+        yield GaugeMetricFamily(
+            "harvest_broker_index_backlog",
+            "Change numbers the index has not applied yet (0 when it is up to date).",
+            value=max(0, s.last_seq - s.indexed_seq),
+        )
+        pulls = CounterMetricFamily(
+            "harvest_broker_pulls",
+            "Finished pulls by collection and outcome (since the collection was scheduled).",
+            labels=["collection", "outcome"],
+        )
+        last_success = GaugeMetricFamily(
+            "harvest_broker_collection_last_success_timestamp_seconds",
+            "When each collection's last successful pull ended (epoch seconds).",
+            labels=["collection"],
+        )
+        failing = GaugeMetricFamily(
+            "harvest_broker_collection_consecutive_failures",
+            "Failed pulls of each collection since its last success.",
+            labels=["collection"],
+        )
+        running = GaugeMetricFamily(
+            "harvest_broker_collection_pulling",
+            "1 while a pull of the collection runs.",
+            labels=["collection"],
+        )
+        for name, status in sorted(s.collections.items()):
+            pulls.add_metric([name, "success"], status.pulls - status.failures)
+            pulls.add_metric([name, "failure"], status.failures)
+            if status.last_success is not None:
+                last_success.add_metric([name], status.last_success)
+            failing.add_metric([name], status.consecutive_failures)
+            running.add_metric([name], 1 if status.running else 0)
+        yield from (pulls, last_success, failing, running)
+        gc = CounterMetricFamily(
+            "harvest_broker_gc_runs", "Garbage collections by outcome.", labels=["outcome"]
+        )
+        gc.add_metric(["ok"], s.gc_runs - s.gc_failures)
+        gc.add_metric(["error"], s.gc_failures)
+        yield gc
+        if s.gc_last is not None:
+            yield GaugeMetricFamily(
+                "harvest_broker_gc_last_timestamp_seconds",
+                "When the last garbage collection ended (epoch seconds).",
+                value=s.gc_last,
+            )
+        info = GaugeMetricFamily(
+            "harvest_broker_info", "The broker's software version.", labels=["version"]
+        )
+        info.add_metric([s.version], 1)
+        yield info
+        yield GaugeMetricFamily(
+            "harvest_broker_start_time_seconds",
+            "When the broker started (epoch seconds).",
+            value=s.started,
+        )
+
+
+class BrokerMetrics:
+    """The broker's metrics, in its own CollectorRegistry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.snapshot = Snapshot()
+        self.queries = Counter(
+            "harvest_broker_queries",
+            "Queries answered, by interface (api, page, hsr) and outcome.",
+            ["interface", "outcome"],
+            registry=self.registry,
+        )
+        self.query_seconds = Histogram(
+            "harvest_broker_query_seconds",
+            "Seconds to answer a query (parse, index, checks, snippets), by interface.",
+            ["interface"],
+            buckets=QUERY_BUCKETS,
+            registry=self.registry,
+        )
+        self.http_requests = Counter(
+            "harvest_broker_http_requests",
+            "HTTP requests by route and status class (2xx ... 5xx).",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.bulk_exports = Counter(
+            "harvest_broker_bulk_exports",
+            "Bulk exports by mode (complete, incremental) and outcome (ok, cut: ended early).",
+            ["mode", "outcome"],
+            registry=self.registry,
+        )
+        self.bulk_objects = Counter(
+            "harvest_broker_bulk_objects",
+            "Objects sent by bulk exports: whole records, or @DELETE markers.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.hsr_registrations = Counter(
+            "harvest_broker_hsr_registrations",
+            "HSR registrations by server type and outcome (new, renewed, invalid).",
+            ["type", "outcome"],
+            registry=self.registry,
+        )
+        self.registry.register(_Scraped(self))
+        # CPU, memory, open files: read from /proc, so collected on a worker thread (and not
+        # described at registration, which would read /proc on the event loop).
+        self.process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.process)
+        for interface in INTERFACES:  # every series exists from the start, at zero
+            for outcome in QUERY_OUTCOMES:
+                self.queries.labels(interface, outcome)
+            self.query_seconds.labels(interface)
+
+    @contextmanager
+    def query(self, interface: str) -> Iterator[None]:
+        """Count and time the query answered inside the block, by how it ended."""
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            yield
+            outcome = "ok"
+        except QuerySyntaxError:
+            outcome = "syntax_error"
+            raise
+        finally:
+            self.queries.labels(interface, outcome).inc()
+            self.query_seconds.labels(interface).observe(time.perf_counter() - started)
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """A sample's current value (0 if it has none yet): for the JSON statistics."""
+        found = self.registry.get_sample_value(name, labels or {})
+        return 0.0 if found is None or math.isnan(found) else found
+
+    async def exposition(self, broker: Broker) -> bytes:
+        """The Prometheus text exposition, after reading the broker's current state."""
+        await self.refresh(broker)
+        body = generate_latest(self.registry)
+        return body + await asyncio.to_thread(generate_latest, self.process)
+
+    async def refresh(self, broker: Broker) -> None:
+        """Read the broker's state into the snapshot the scrape-time families report."""
+        scheduler = getattr(broker, "scheduler", None)  # None while the broker starts
+        statuses = scheduler.status() if scheduler is not None else {}
+        states = await broker.registry.collections()
+        by_collection: dict[str, int] = {}
+        for name, state in states.items():
+            label = name if name in statuses or name == HSR_COLLECTION else OTHER
+            by_collection[label] = by_collection.get(label, 0) + state.count
+        self.snapshot = Snapshot(
+            objects=await broker.registry.count(),
+            by_collection=by_collection,
+            index_documents=await broker.index.count(),
+            last_seq=await broker.registry.last_seq(),
+            indexed_seq=await broker.registry.indexed_seq(),
+            collections=statuses,
+            gc_runs=broker.gc_runs,
+            gc_failures=broker.gc_failures,
+            gc_last=broker.gc_last,
+            started=broker.started,
+            version=software_version(),
+        )

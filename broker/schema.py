@@ -1,0 +1,243 @@
+"""The registry's SQLite schema, its version, the statements the registry runs, and how a
+connection is set up.
+
+::
+
+    objects      oid → collection, url, gatherer, record, expires, update_time, seq
+    records      id → one encoded SOIF object; owned by one objects row, one staging row
+                 or the garbage (a commit hands it from staging to objects: never copied)
+    garbage      records no longer owned, freed in small transactions later
+    staging      the items of pulls not yet committed, one row each, in stream order
+    tombstones   oid → url, gatherer, collection, seq, removed_at (for changes_since)
+    collections  name → cursor (opaque: where the next pull resumes), last_pull
+    meta         'seq' (the last change number given), 'horizon' (the highest seq of a
+                 tombstone dropped: changes from before it are no longer exact),
+                 'indexed_seq' (the highest seq the index is known to reflect)
+
+Records live apart from ``objects`` so that staging a pull writes each record once and its
+commit only moves small rows: the commit holds the registry's only thread (and every query
+waiting on it) for as long as writing those takes, not for copying hundreds of megabytes.
+For the same reason a record is not deleted by the transaction that drops it (deleting
+100k records of 4 KB takes seconds): triggers hand it to ``garbage``, and the registry frees
+the garbage a small transaction at a time before its next pull, expiry or forget (and
+when it opens).
+
+Times (``expires``, ``update_time``, ``removed_at``, ``last_pull``) are REAL epoch seconds.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from broker.errors import StorageError
+
+VERSION = 1
+
+# Waits out another process's write lock (a CLI inspecting the file) instead of failing.
+BUSY_TIMEOUT_MS = 5_000
+# SQLite's page cache (KiB; the default is 2 MiB). A commit inserts into the objects' B-trees
+# in oid order, that is at random: with 100k objects, this cache makes it a third faster.
+CACHE_KIB = 64 * 1024
+# The WAL is truncated to this after a checkpoint; a large pull would otherwise leave it at
+# its largest size for good.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+
+# Staging kinds.
+UPSERT, REFRESH, DELETE = "upsert", "refresh", "delete"
+
+_TABLES = (
+    """CREATE TABLE records (
+        id   INTEGER PRIMARY KEY,
+        soif BLOB NOT NULL
+    )""",
+    # Small rows (the record is elsewhere), so clustered on oid without a separate rowid.
+    """CREATE TABLE objects (
+        oid         TEXT PRIMARY KEY,
+        collection  TEXT NOT NULL,
+        url         TEXT NOT NULL,
+        gatherer    TEXT NOT NULL,
+        record      INTEGER NOT NULL,
+        expires     REAL NOT NULL,
+        update_time REAL,
+        seq         INTEGER NOT NULL UNIQUE
+    ) WITHOUT ROWID""",
+    "CREATE INDEX objects_url ON objects (url)",
+    "CREATE INDEX objects_collection_url ON objects (collection, url)",
+    "CREATE INDEX objects_expires ON objects (expires)",
+    # pos is the rowid: it increases across all pulls, so it orders each pull's items.
+    """CREATE TABLE staging (
+        pos         INTEGER PRIMARY KEY,
+        pull        INTEGER NOT NULL,
+        kind        TEXT NOT NULL CHECK (kind IN ('upsert', 'refresh', 'delete')),
+        oid         TEXT,
+        url         TEXT NOT NULL,
+        gatherer    TEXT,
+        record      INTEGER,
+        ttl         REAL,
+        update_time REAL
+    )""",
+    "CREATE INDEX staging_pull ON staging (pull)",
+    """CREATE TABLE tombstones (
+        oid        TEXT PRIMARY KEY,
+        url        TEXT NOT NULL,
+        gatherer   TEXT NOT NULL,
+        collection TEXT NOT NULL,
+        seq        INTEGER NOT NULL UNIQUE,
+        removed_at REAL NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX tombstones_removed_at ON tombstones (removed_at)",
+    """CREATE TABLE collections (
+        name      TEXT PRIMARY KEY,
+        cursor    TEXT,
+        last_pull REAL NOT NULL
+    )""",
+    """CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    )""",
+    "INSERT INTO meta VALUES ('seq', 0), ('horizon', 0), ('indexed_seq', 0)",
+    "CREATE TABLE garbage (record INTEGER PRIMARY KEY)",
+    """CREATE TRIGGER objects_drop_record AFTER DELETE ON objects BEGIN
+        INSERT INTO garbage VALUES (old.record);
+    END""",
+    """CREATE TRIGGER objects_replace_record AFTER UPDATE OF record ON objects
+    WHEN old.record != new.record BEGIN
+        INSERT INTO garbage VALUES (old.record);
+    END""",
+    # An object present again is no longer removed: changes_since reports its upsert only.
+    """CREATE TRIGGER objects_unbury AFTER INSERT ON objects BEGIN
+        DELETE FROM tombstones WHERE oid = new.oid;
+    END""",
+)
+
+# -- staging ------------------------------------------------------------------------------
+
+INSERT_RECORD = "INSERT INTO records (soif) VALUES (?)"
+STAGE = (
+    "INSERT INTO staging (pull, kind, oid, url, gatherer, record, ttl, update_time)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+STAGED = (
+    "SELECT kind, oid, url, gatherer, record, ttl, update_time FROM staging"
+    " WHERE pull = ? ORDER BY pos"
+)
+# Dropping a pull hands the records it staged to the garbage; a commit hands them on to
+# the objects instead.
+DROP_STAGED_RECORDS = (
+    "INSERT INTO garbage SELECT record FROM staging WHERE pull = ? AND record IS NOT NULL"
+)
+DROP_STAGED = "DELETE FROM staging WHERE pull = ?"
+# At open, no pull is in progress: whatever a killed process staged goes.
+DROP_ALL_STAGED_RECORDS = "INSERT INTO garbage SELECT record FROM staging WHERE record IS NOT NULL"
+DROP_ALL_STAGED = "DELETE FROM staging"
+TAKE_GARBAGE = (
+    "DELETE FROM garbage WHERE record IN (SELECT record FROM garbage LIMIT ?) RETURNING record"
+)
+FREE_RECORD = "DELETE FROM records WHERE id = ?"
+
+# -- applying -----------------------------------------------------------------------------
+
+UPSERT_OBJECT = """
+INSERT INTO objects (oid, collection, url, gatherer, record, expires, update_time, seq)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (oid) DO UPDATE SET
+    collection = excluded.collection, url = excluded.url, gatherer = excluded.gatherer,
+    record = excluded.record, expires = excluded.expires, update_time = excluded.update_time,
+    seq = excluded.seq
+"""
+REFRESH_BY_OID = "UPDATE objects SET expires = ? WHERE collection = ? AND oid = ? RETURNING oid"
+REFRESH_BY_URL = "UPDATE objects SET expires = ? WHERE collection = ? AND url = ? RETURNING oid"
+
+# Every removal returns what its tombstone needs.
+_GONE = " RETURNING oid, url, gatherer, collection"
+DELETE_BY_OID = "DELETE FROM objects WHERE collection = ? AND oid = ?" + _GONE
+DELETE_BY_URL = "DELETE FROM objects WHERE collection = ? AND url = ?" + _GONE
+# A complete pull: what the collection held before it (seq at most the last one given when
+# the commit began) and the pull neither brought again nor refreshed (a JSON array of oids).
+DELETE_UNSEEN = (
+    "DELETE FROM objects WHERE collection = ? AND seq <= ?"
+    " AND oid NOT IN (SELECT value FROM json_each(?))" + _GONE
+)
+DELETE_EXPIRED = "DELETE FROM objects WHERE expires <= ?" + _GONE
+DELETE_COLLECTION = "DELETE FROM objects WHERE collection = ?" + _GONE
+BURY = (
+    "INSERT OR REPLACE INTO tombstones (oid, url, gatherer, collection, seq, removed_at)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+# Tombstones past the retention, but never one the index has yet to apply.
+DROP_TOMBSTONES = "DELETE FROM tombstones WHERE removed_at < ? AND seq <= ? RETURNING seq"
+SAVE_COLLECTION = """
+INSERT INTO collections (name, cursor, last_pull) VALUES (?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET cursor = excluded.cursor, last_pull = excluded.last_pull
+"""
+FORGET_COLLECTION = "DELETE FROM collections WHERE name = ?"
+GET_META = "SELECT value FROM meta WHERE key = ?"
+SET_META = "UPDATE meta SET value = ? WHERE key = ?"
+
+# -- reading ------------------------------------------------------------------------------
+
+_OBJECT = (
+    "SELECT o.oid, o.collection, o.url, o.gatherer, r.soif, o.expires, o.seq, o.update_time"
+    " FROM objects o JOIN records r ON r.id = o.record"
+)
+OBJECT_BY_OID = _OBJECT + " WHERE o.oid = ?"
+OBJECTS_BY_OIDS = _OBJECT + " WHERE o.oid IN (SELECT value FROM json_each(?))"
+OBJECTS_BY_URL = _OBJECT + " WHERE o.url = ? ORDER BY o.collection, o.gatherer"
+# SQLite merges the two seq-ordered index scans, so a page of changes reads only that page.
+CHANGES = """
+SELECT o.seq, o.oid, 'upsert', o.collection, o.url, o.gatherer, r.soif
+  FROM objects o JOIN records r ON r.id = o.record
+ WHERE o.seq > :after
+UNION ALL
+SELECT t.seq, t.oid, 'remove', t.collection, t.url, t.gatherer, NULL
+  FROM tombstones t
+ WHERE t.seq > :after
+ORDER BY 1
+LIMIT :limit
+"""
+COUNT_ALL = "SELECT count(*) FROM objects"
+COUNT_COLLECTION = "SELECT count(*) FROM objects WHERE collection = ?"
+ALL_OIDS = "SELECT oid FROM objects"
+# One statement, so the counts and cursors are of one moment.
+COLLECTIONS = """
+SELECT c.name, c.cursor, c.last_pull,
+       (SELECT count(*) FROM objects o WHERE o.collection = c.name)
+  FROM collections c
+"""
+CURSOR = "SELECT cursor FROM collections WHERE name = ?"
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open ``path`` in autocommit mode (transactions are explicit), creating the schema.
+    Raises sqlite3.Error, or StorageError for a schema this code can't read."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # WAL: a crash mid-commit leaves the last committed state. NORMAL is crash-safe in
+        # WAL mode (a power cut may lose only the last commits, never corrupt).
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        _migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version == 0:
+            for statement in _TABLES:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {VERSION}")
+        elif version != VERSION:
+            raise StorageError(f"registry schema version {version}; this broker reads {VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

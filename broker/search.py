@@ -1,0 +1,116 @@
+"""Answers a query: parse it, ask the index, check what the index can only narrow down, and
+describe each result from the registry (title, URL, gatherer, snippets).
+
+Regular expressions on whole values and case-sensitive words are beyond the index: it returns
+a superset, which is read in chunks and checked object by object (broker.match) until the page
+is full; at most MAX_CHECKED candidates are checked per query, and then the total is a lower
+bound (``Page.exact`` is False).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from broker.index.interface import Index
+from broker.match import matches, needs_check
+from broker.query.ast import Node
+from broker.query.parser import describe, parse
+from broker.registry import Registry, Stored
+from broker.snippets import snippets
+from broker.sync import attributes_text
+
+CHUNK = 256
+MAX_CHECKED = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One object in a result list."""
+
+    oid: str
+    url: str
+    title: str
+    gatherer: str
+    template: str
+    score: float
+    snippets: tuple[tuple[str, str], ...]
+    update_time: float | None
+
+    def __repr__(self) -> str:
+        return f"Result({self.url!r}, {self.score:.2f})"
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of results: ``total`` matches (a lower bound unless ``exact``)."""
+
+    query: str
+    total: int
+    exact: bool
+    offset: int
+    limit: int
+    results: tuple[Result, ...]
+
+
+class Searcher:
+    """Queries over one registry and its index."""
+
+    def __init__(self, registry: Registry, index: Index) -> None:
+        self._registry = registry
+        self._index = index
+
+    async def search(
+        self, text: str, *, limit: int, offset: int = 0, case_sensitive: bool = False
+    ) -> Page:
+        """The page of results for ``text`` (QuerySyntaxError if it does not parse)."""
+        node = parse(text, case_sensitive=case_sensitive)
+        if needs_check(node):
+            scored, total, exact = await self._checked(node, limit, offset)
+        else:
+            found = await self._index.search(node, limit=limit, offset=offset)
+            stored = await self._registry.get_many([hit.oid for hit in found.hits])
+            scored = [(stored[h.oid], h.score) for h in found.hits if h.oid in stored]
+            total, exact = found.total, True
+        results = tuple(_result(node, s, score) for s, score in scored)
+        return Page(describe(node), total, exact, offset, limit, results)
+
+    async def _checked(
+        self, node: Node, limit: int, offset: int
+    ) -> tuple[list[tuple[Stored, float]], int, bool]:
+        """Read candidates in chunks, keep those that really match: the requested page, the
+        number of matches seen and whether that number is exact."""
+        kept: list[tuple[Stored, float]] = []
+        matched = 0
+        start = 0
+        while start < MAX_CHECKED:
+            found = await self._index.search(node, limit=CHUNK, offset=start)
+            stored = await self._registry.get_many([hit.oid for hit in found.hits])
+            candidates = [(stored[h.oid], h.score) for h in found.hits if h.oid in stored]
+            # Regular expressions over whole values are CPU work: off the event loop.
+            for item, score in await asyncio.to_thread(_matching, node, candidates):
+                if offset <= matched < offset + limit:
+                    kept.append((item, score))
+                matched += 1
+            start += CHUNK
+            if start >= found.total:
+                return kept, matched, True
+        return kept, matched, False
+
+
+def _matching(node: Node, candidates: list[tuple[Stored, float]]) -> list[tuple[Stored, float]]:
+    return [(s, score) for s, score in candidates if matches(node, attributes_text(s.record))]
+
+
+def _result(node: Node, stored: Stored, score: float) -> Result:
+    record = stored.record
+    return Result(
+        oid=stored.oid,
+        url=stored.url,
+        title=record.text("Title") or stored.url,
+        gatherer=stored.gatherer,
+        template=record.template,
+        score=score,
+        snippets=snippets(node, attributes_text(record)),
+        update_time=stored.update_time,
+    )

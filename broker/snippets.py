@@ -1,0 +1,114 @@
+"""Snippets for a result: per matching attribute, a short stretch of its text with the query's
+words marked, so a reader sees why the object matched.
+
+Pure: the object's attributes and the query tree in, ``(attribute, snippet)`` pairs out. The
+marks are ``\\x02`` before and ``\\x03`` after a matched word; the caller escapes the text and
+turns them into ``<mark>`` (HTML) or bold (a terminal). Words under ``NOT`` are not marked.
+"""
+
+from __future__ import annotations
+
+import re
+
+from broker.match import Attributes, token_spans, tokens, word_matches
+from broker.query.ast import And, Node, Not, Or, Pattern, Phrase, Word
+
+START, END = "\x02", "\x03"
+WIDTH = 160  # characters of context in one snippet
+MAX_SNIPPETS = 3
+# Attributes not worth showing as snippets: bookkeeping, not content.
+SKIPPED = frozenset(
+    {
+        "md5",
+        "update-time",
+        "time-to-live",
+        "refresh-rate",
+        "gatherer-name",
+        "gatherer-host",
+        "gatherer-port",
+        "gatherer-version",
+        "file-size",
+        "last-modification-time",
+        "type",
+    }
+)
+
+
+def snippets(node: Node, attributes: Attributes) -> tuple[tuple[str, str], ...]:
+    """Up to MAX_SNIPPETS (attribute, marked snippet) pairs, in attribute order."""
+    terms = list(_positive_terms(node))
+    out: list[tuple[str, str]] = []
+    for name, value in attributes:
+        if name.lower() in SKIPPED or not value:
+            continue
+        spans = _spans(terms, name, value)
+        if spans:
+            out.append((name, _window(value, spans)))
+            if len(out) == MAX_SNIPPETS:
+                break
+    return tuple(out)
+
+
+def _positive_terms(node: Node) -> list[Word | Phrase | Pattern]:
+    match node:
+        case And() | Or():
+            return [term for item in node.items for term in _positive_terms(item)]
+        case Not():
+            return []
+        case Word() | Phrase() | Pattern():
+            return [node]
+    return []
+
+
+def _applies(term: Word | Phrase | Pattern, name: str) -> bool:
+    return term.attribute is None or term.attribute.lower() == name.lower()
+
+
+def _spans(terms: list[Word | Phrase | Pattern], name: str, value: str) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    found = token_spans(value)
+    for term in terms:
+        if not _applies(term, name):
+            continue
+        if isinstance(term, Pattern):
+            flags = 0 if term.case_sensitive else re.IGNORECASE
+            spans += [
+                m.span() for m in re.finditer(term.regex, value, flags) if m.end() > m.start()
+            ]
+        elif isinstance(term, Word):
+            spans += [(s, e) for s, e, token in found if word_matches(term, token)]
+        else:
+            spans += _phrase_spans(term, found)
+    return sorted(set(spans))
+
+
+def _phrase_spans(phrase: Phrase, found: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
+    wanted = [t for word in phrase.words for t in tokens(word)]
+    if not wanted:
+        return []
+
+    def same(a: str, b: str) -> bool:
+        return a == b if phrase.case_sensitive else a.lower() == b.lower()
+
+    width = len(wanted)
+    return [
+        (found[i][0], found[i + width - 1][1])
+        for i in range(len(found) - width + 1)
+        if all(same(found[i + k][2], wanted[k]) for k in range(width))
+    ]
+
+
+def _window(value: str, spans: list[tuple[int, int]]) -> str:
+    """``value`` around its first span, WIDTH characters, with every span inside marked."""
+    first = spans[0][0]
+    start = max(0, first - WIDTH // 3)
+    end = min(len(value), start + WIDTH)
+    pieces = ["…" if start > 0 else ""]
+    at = start
+    for span_start, span_end in spans:
+        if span_start < at or span_end > end:
+            continue
+        pieces += [value[at:span_start], START, value[span_start:span_end], END]
+        at = span_end
+    pieces += [value[at:end], "…" if end < len(value) else ""]
+    return " ".join("".join(pieces).split())

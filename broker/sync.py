@@ -1,0 +1,98 @@
+"""Keeps the index equal to the registry, which is the truth.
+
+After every pull the registry's changes since the index last caught up (its change sequence)
+are applied to the index and the mark moved on; a crash between the two leaves a backlog that
+the next ``catch_up`` applies. ``reconcile`` is the garbage collector's full comparison: what
+the index holds that the registry does not is removed, and what it lacks is added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from broker.index.interface import Index, IndexedObject
+from broker.registry import Registry, Stored
+from gatherer.soif import Record
+
+BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What a full comparison changed in the index."""
+
+    added: int
+    removed: int
+
+
+def attributes_text(record: Record) -> tuple[tuple[str, str], ...]:
+    """A record's attributes as text, as the index and the matcher read them."""
+    return tuple((name, value.decode("utf-8", "replace")) for name, value in record.attributes)
+
+
+def indexed(stored: Stored) -> IndexedObject:
+    """The index's view of a stored object."""
+    record = stored.record
+    size = record.text("File-Size")
+    return IndexedObject(
+        oid=stored.oid,
+        url=stored.url,
+        gatherer=stored.gatherer,
+        template=record.template,
+        attributes=attributes_text(record),
+        update_time=stored.update_time,
+        file_size=int(size) if size is not None and size.strip().isdigit() else None,
+    )
+
+
+class IndexSync:
+    """Moves registry changes into the index."""
+
+    def __init__(self, registry: Registry, index: Index) -> None:
+        self._registry = registry
+        self._index = index
+
+    async def catch_up(self) -> int:
+        """Apply every change the index has not seen; returns how many were applied."""
+        applied = 0
+        while True:
+            changes = await self._registry.index_backlog(BATCH)
+            if not changes:
+                return applied
+            upserts = [c.oid for c in changes if c.kind == "upsert"]
+            removed = [c.oid for c in changes if c.kind == "remove"]
+            # An object changed twice in the batch is added once, as it is now.
+            current = await self._registry.get_many(upserts)
+            await self._index.remove(removed)
+            await self._index.add([indexed(s) for s in current.values()])
+            await self._index.commit()
+            await self._registry.mark_indexed(changes[-1].seq)
+            applied += len(changes)
+
+    async def reconcile(self) -> Reconciled:
+        """Make the index hold exactly the registry's objects (after catching up)."""
+        await self.catch_up()
+        in_index = await self._index.oids()
+        in_registry = await self._registry.oids()
+        extra = sorted(in_index - in_registry)
+        missing = sorted(in_registry - in_index)
+        await self._index.remove(extra)
+        for start in range(0, len(missing), BATCH):
+            await self._add(missing[start : start + BATCH])
+        if extra or missing:
+            await self._index.commit()
+        return Reconciled(added=len(missing), removed=len(extra))
+
+    async def rebuild(self) -> int:
+        """Empty the index and add every registry object again; returns how many."""
+        await self._index.clear()
+        oids = sorted(await self._registry.oids())
+        for start in range(0, len(oids), BATCH):
+            await self._add(oids[start : start + BATCH])
+        await self._index.commit()
+        return len(oids)
+
+    async def _add(self, oids: Sequence[str]) -> None:
+        stored = await self._registry.get_many(oids)
+        await self._index.add([indexed(s) for s in stored.values()])

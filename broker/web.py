@@ -1,0 +1,339 @@
+"""The search page: server-side rendered HTML that works without JavaScript.
+
+::
+
+    GET /                    the search form
+    GET /?q=...              results: title linked to the URL, URL, gatherer, snippets,
+                             paging; a query that does not parse is shown with a caret
+    GET /help                the query language (generated from docs/broker-query.md)
+    GET /static/harvest.css  the only style sheet; the pages load nothing else
+
+Form fields: ``q`` (the query), ``title``, ``author``, ``keywords`` (each, when filled, ANDed
+to the query as ``Title: (...)``), ``case`` (1: case-sensitive), ``n`` (results per page),
+``start`` (offset of the page).
+
+Templates (Jinja2, autoescaped) and the static files are read once at start-up on a worker
+thread (``SearchPage.startup``), never on the event loop. Snippet marks (``\\x02``/``\\x03``)
+are split into (text, marked) parts that the template escapes and wraps in ``<mark>``.
+Result links are made only for URL schemes a browser can safely follow (never
+``javascript:``); the pages send a Content-Security-Policy that allows nothing external and
+no script, and ``Referrer-Policy: no-referrer`` so a clicked result does not learn the query.
+
+``python -m broker.web`` writes the help body from docs/broker-query.md to stdout (the
+package ships the result, broker/templates/query-help.html; a test keeps it in sync).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode, urlsplit
+
+from aiohttp import web
+from jinja2 import DictLoader, Environment, StrictUndefined, Template
+from markupsafe import Markup, escape
+
+from broker.errors import QuerySyntaxError
+from broker.metrics import BrokerMetrics, software_version
+from broker.search import Page, Result
+from broker.snippets import END, START
+
+if TYPE_CHECKING:
+    from broker.app import Broker
+
+TEMPLATES = ("base.html", "search.html", "help.html", "error.html")
+STYLE_SHEET = "harvest.css"
+QUERY_HELP = "query-help.html"
+
+# The attribute filters of the form: (field name, SOIF attribute).
+FILTERS = (("title", "Title"), ("author", "Author"), ("keywords", "Keywords"))
+PAGE_SIZES = (10, 20, 50, 100)
+DEFAULT_PAGE_SIZE = 10
+MAX_START = 10_000  # deeper pages cost the index more than anyone reads
+LINKABLE = frozenset({"http", "https", "ftp", "gopher"})
+
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
+        " base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def marked_parts(text: str) -> list[tuple[str, bool]]:
+    """``text`` with snippet marks as (piece, marked) parts. Unbalanced or nested marks (the
+    record's own text may hold those control characters) are dropped, never trusted."""
+    parts: list[tuple[str, bool]] = []
+    marked = False
+    piece: list[str] = []
+    for char in text:
+        if char in (START, END):
+            if (char == START) != marked:  # opens when closed, closes when open
+                if piece:
+                    parts.append(("".join(piece), marked))
+                    piece = []
+                marked = not marked
+            continue
+        piece.append(char)
+    if piece:
+        parts.append(("".join(piece), marked))
+    return parts
+
+
+def marked_html(text: str) -> str:
+    """``text`` escaped for HTML, its marked words in ``<mark>``."""
+    return "".join(
+        f"<mark>{escape(piece)}</mark>" if marked else str(escape(piece))
+        for piece, marked in marked_parts(text)
+    )
+
+
+def combined_query(query: str, filters: Sequence[tuple[str, str]]) -> str:
+    """The query the form asks: ``query`` ANDed with ``Attribute: (value)`` for each filled
+    filter. The query is parenthesized only when filters follow (so that ``a OR b`` stays
+    one operand); alone it is kept as typed, and error positions point into it."""
+    query = query.strip()
+    terms = [f"{attribute}: ({value.strip()})" for attribute, value in filters if value.strip()]
+    if not terms:
+        return query
+    if query:
+        terms.insert(0, f"({query})")
+    return " AND ".join(terms)
+
+
+def linkable(url: str) -> bool:
+    """Whether a result's URL may be a link (a scheme a browser can safely follow)."""
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:
+        return False
+    return scheme in LINKABLE
+
+
+@dataclass(frozen=True, slots=True)
+class Assets:
+    """The templates' sources and the static files, read from the package once."""
+
+    templates: dict[str, str]
+    style_sheet: bytes
+    query_help: str
+
+
+def load_assets() -> Assets:
+    """Read the package's templates (blocking: call it on a worker thread)."""
+    folder = resources.files("broker") / "templates"
+    return Assets(
+        templates={name: (folder / name).read_text("utf-8") for name in TEMPLATES},
+        style_sheet=(folder / STYLE_SHEET).read_bytes(),
+        query_help=(folder / QUERY_HELP).read_text("utf-8"),
+    )
+
+
+def _number(params: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    """A form number, or ``default`` when absent or not a number; kept within lo..hi (a
+    page made of links should not answer a hand-edited URL with an error)."""
+    text = params.get(name, "")
+    if not text.isdigit() or len(text) > 9:
+        return default
+    return max(lo, min(hi, int(text)))
+
+
+@dataclass(frozen=True, slots=True)
+class Form:
+    """The form as submitted."""
+
+    q: str
+    filters: tuple[tuple[str, str, str], ...]  # (field, attribute, value)
+    case: bool
+    n: int
+    start: int
+
+    @classmethod
+    def read(cls, params: Mapping[str, str], max_results: int) -> Form:
+        n = _number(params, "n", min(DEFAULT_PAGE_SIZE, max_results), 1, max_results)
+        return cls(
+            q=params.get("q", ""),
+            filters=tuple(
+                (field, attribute, params.get(field, "")) for field, attribute in FILTERS
+            ),
+            case=params.get("case", "") in ("1", "on", "true"),
+            n=n,
+            start=_number(params, "start", 0, 0, MAX_START),
+        )
+
+    @property
+    def query(self) -> str:
+        return combined_query(self.q, [(attribute, value) for _, attribute, value in self.filters])
+
+    def link(self, start: int) -> str:
+        """The URL of the same search at another offset."""
+        params: list[tuple[str, str]] = [("q", self.q)]
+        params += [(field, value) for field, _, value in self.filters if value]
+        if self.case:
+            params.append(("case", "1"))
+        params += [("n", str(self.n)), ("start", str(start))]
+        return "?" + urlencode(params)
+
+
+def _when(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    try:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(seconds))
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _result_view(result: Result) -> dict[str, Any]:
+    return {
+        "oid": result.oid,
+        "url": result.url,
+        "link": linkable(result.url),
+        "title": result.title,
+        "gatherer": result.gatherer,
+        "template": result.template,
+        "updated": _when(result.update_time),
+        "snippets": [
+            {"attribute": attribute, "parts": marked_parts(text)}
+            for attribute, text in result.snippets
+        ],
+    }
+
+
+class SearchPage:
+    """The page's handlers over one broker."""
+
+    def __init__(self, broker: Broker, metrics: BrokerMetrics) -> None:
+        self._broker = broker
+        self._metrics = metrics
+        self._templates: dict[str, Template] = {}
+        self._assets: Assets | None = None
+
+    async def startup(self, app: web.Application) -> None:
+        """Read the templates and static files on a worker thread, and compile them."""
+        self._assets = assets = await asyncio.to_thread(load_assets)
+        await asyncio.to_thread(software_version)  # cached for the footer
+        env = Environment(
+            loader=DictLoader(assets.templates),
+            autoescape=True,
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self._templates = {name: env.get_template(name) for name in TEMPLATES}
+
+    def _render(self, name: str, status: int = 200, **context: Any) -> web.Response:
+        context.setdefault("broker_name", self._broker.config.broker.name)
+        context.setdefault("version", software_version())
+        html = self._templates[name].render(**context)
+        return web.Response(
+            text=html, status=status, content_type="text/html", charset="utf-8", headers=HEADERS
+        )
+
+    async def index(self, request: web.Request) -> web.Response:
+        max_results = self._broker.config.broker.max_results
+        form = Form.read(request.query, max_results)
+        context: dict[str, Any] = {
+            "form": form,
+            "sizes": sorted({n for n in PAGE_SIZES if n <= max_results} | {form.n}),
+            "error": None,
+            "page": None,
+        }
+        query = form.query
+        if query:
+            try:
+                with self._metrics.query("page"):
+                    page = await self._broker.searcher.search(
+                        query, limit=form.n, offset=form.start, case_sensitive=form.case
+                    )
+            except QuerySyntaxError as error:
+                context["error"] = error
+                return self._render("search.html", status=400, **context)
+            context.update(self._page_view(form, page))
+        return self._render("search.html", **context)
+
+    def _page_view(self, form: Form, page: Page) -> dict[str, Any]:
+        first = page.offset + 1
+        last = page.offset + len(page.results)
+        more = last < page.total and last < MAX_START
+        return {
+            "page": page,
+            "results": [_result_view(r) for r in page.results],
+            "first": first,
+            "last": last,
+            "previous": form.link(max(0, page.offset - form.n)) if page.offset > 0 else None,
+            "next": form.link(page.offset + form.n) if more else None,
+        }
+
+    async def help(self, request: web.Request) -> web.Response:
+        assert self._assets is not None
+        return self._render("help.html", body=Markup(self._assets.query_help))
+
+    async def style_sheet(self, request: web.Request) -> web.Response:
+        assert self._assets is not None
+        return web.Response(
+            body=self._assets.style_sheet,
+            content_type="text/css",
+            charset="utf-8",
+            headers={"Cache-Control": "max-age=3600", "X-Content-Type-Options": "nosniff"},
+        )
+
+    def error_page(self, status: int, title: str, message: str) -> web.Response:
+        """An HTML error page (for the app's error boundary)."""
+        if not self._templates:  # before start-up finished: plain text
+            return web.Response(status=status, text=f"{title}: {message}\n")
+        return self._render("error.html", status=status, title=title, message=message)
+
+
+def add_routes(app: web.Application, broker: Broker, metrics: BrokerMetrics) -> SearchPage:
+    """Serve the search page from ``app``; returns it (for error pages)."""
+    page = SearchPage(broker, metrics)
+    app.on_startup.append(page.startup)
+    app.router.add_get("/", page.index)
+    app.router.add_get("/help", page.help)
+    app.router.add_get(f"/static/{STYLE_SHEET}", page.style_sheet)
+    return page
+
+
+# -- the help page's body, generated from the query language's documentation ---------------
+
+_SLUG_DROP = re.compile(r"[^\w\- ]")
+
+
+def _slug(text: str) -> str:
+    return _SLUG_DROP.sub("", text.strip().lower()).replace(" ", "-")
+
+
+def query_help_html(markdown: str) -> str:
+    """docs/broker-query.md as HTML (raw HTML in it escaped; headings get ids, so the
+    document's own ``#errors`` links work)."""
+    from markdown_it import MarkdownIt  # only to generate the file: not needed at run time
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(markdown)
+    for number, token in enumerate(tokens):
+        if token.type == "heading_open" and number + 1 < len(tokens):
+            token.attrSet("id", _slug(tokens[number + 1].content))
+    body: str = md.renderer.render(tokens, md.options, {})
+    notice = "<!-- Generated from docs/broker-query.md by `python -m broker.web`. -->\n"
+    return notice + body
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    source = Path(args[0]) if args else Path(__file__).parents[1] / "docs" / "broker-query.md"
+    sys.stdout.write(query_help_html(source.read_text("utf-8")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The vocabulary of prefix and approximate words (broker/index/fuzzy.py), against brute
+force."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.index.fuzzy import MAX_LENGTH, Vocabulary, deletions, within
+
+
+def levenshtein(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def vocabulary(*words: str, tag: int = 1) -> Vocabulary:
+    return Vocabulary().extended((word, tag) for word in words)
+
+
+WORDS = st.text(alphabet="abcé1", min_size=0, max_size=7)
+
+
+def test_deletions() -> None:
+    assert deletions("abc", 0) == {"abc"}
+    assert deletions("abc", 1) == {"abc", "bc", "ac", "ab"}
+    assert deletions("abc", 2) == {"abc", "bc", "ac", "ab", "a", "b", "c"}
+    assert deletions("aa", 2) == {"aa", "a", ""}
+
+
+@given(WORDS, WORDS, st.integers(0, 3))
+def test_within_is_levenshtein(a: str, b: str, k: int) -> None:
+    assert within(a, b, k) == (levenshtein(a, b) <= k)
+
+
+@settings(max_examples=300)
+@given(st.lists(WORDS, max_size=40), WORDS, st.integers(1, 2))
+def test_near_finds_exactly_the_words_within_the_errors(
+    words: list[str], query: str, errors: int
+) -> None:
+    expansion = vocabulary(*words).near(query, errors, limit=1000)
+    candidates = {w for w in words if not w.isdigit()}
+    expected = sorted(w for w in candidates if levenshtein(query, w) <= errors)
+    if sum(not c.isdigit() for c in query) <= errors:
+        assert expansion is None  # a number could be near: the caller asks the engine
+        return
+    assert expansion is not None
+    assert expansion.words == tuple(expected)
+    assert expansion.tags == (1 if expected else 0)
+
+
+@given(st.lists(st.lists(WORDS, max_size=15), max_size=6), WORDS, st.integers(1, 2))
+def test_extending_in_steps_is_extending_at_once(
+    steps: list[list[str]], query: str, errors: int
+) -> None:
+    stepwise = Vocabulary()
+    for words in steps:
+        stepwise = stepwise.extended((w, 1) for w in words)
+    at_once = vocabulary(*(w for words in steps for w in words))
+    assert stepwise.near(query, errors, 1000) == at_once.near(query, errors, 1000)
+    assert stepwise.prefixed(query, 1000) == at_once.prefixed(query, 1000)
+    assert len(stepwise) == len(at_once)
+
+
+def test_near_word_examples() -> None:
+    v = vocabulary("harvest", "harvxst", "harxxst", "hxrxxst", "havrest", "harvests", "cache")
+    one = v.near("harvest", 1, 10)
+    assert one is not None
+    assert one.words == ("harvest", "harvests", "harvxst")
+    two = v.near("harvest", 2, 10)
+    assert two is not None
+    assert two.words == ("harvest", "harvests", "harvxst", "harxxst", "havrest")
+    over = v.near("harvest", 2, 4)
+    assert over is not None
+    assert over.words is None  # more than the limit: the caller falls back
+    assert over.tags == 1
+
+
+def test_near_declines_what_the_table_leaves_out() -> None:
+    v = vocabulary("1994", "rfc1945", "x" * (MAX_LENGTH + 1))
+    assert v.near("1995", 1, 10) is None  # numbers are not in the table
+    assert v.near("a9", 1, 10) is None  # one letter away from a number
+    expansion = v.near("rfc1944", 1, 10)
+    assert expansion is not None
+    assert expansion.words == ("rfc1945",)
+    assert v.near("x" * MAX_LENGTH, 1, 10) is None  # could be near a word over MAX_LENGTH
+    assert v.near("cache", 3, 10) is None  # more errors than the table was built for
+
+
+def test_prefixes() -> None:
+    v = Vocabulary().extended([("cache", 1), ("caching", 2), ("cab", 4), ("1994", 8)])
+    expansion = v.prefixed("cach", 10)
+    assert expansion is not None
+    assert expansion.words == ("cache", "caching")
+    assert expansion.tags == 3
+    over = v.prefixed("ca", 2)
+    assert over is not None
+    assert (over.words, over.tags) == (None, 7)
+    none = v.prefixed("zz", 10)
+    assert none is not None
+    assert (none.words, none.tags) == ((), 0)
+    assert v.prefixed("19", 10) is None  # numbers are not in the vocabulary
+    assert v.prefixed("", 10) is None
+
+
+def test_tags_accumulate_and_versions_stay_as_they_were() -> None:
+    first = Vocabulary().extended([("cache", 1)])
+    second = first.extended([("cache", 2), ("proxy", 4)])
+    assert (first.tags("cache"), first.tags("proxy")) == (1, 0)
+    assert (second.tags("cache"), second.tags("proxy")) == (3, 4)
+    assert len(first) == 1
+    assert len(second) == 2
+    assert second.extended([("cache", 1)]).tags("cache") == 3

@@ -1,0 +1,57 @@
+"""Snippets: the matched words of each attribute marked in a short window of its text."""
+
+from __future__ import annotations
+
+from broker.query.ast import And, Not, Pattern, Phrase, Word
+from broker.snippets import END, MAX_SNIPPETS, START, WIDTH, snippets
+
+OBJECT = (
+    ("Type", "HTML"),
+    ("Title", "The Harvest object cache"),
+    ("Abstract", "word " * 100 + "A hierarchical cache of objects. " + "tail " * 100),
+    ("MD5", "cache0123"),
+)
+
+
+def marked(text: str) -> str:
+    return text.replace(START, "[").replace(END, "]")
+
+
+def test_words_are_marked_in_every_attribute_that_has_them() -> None:
+    got = dict(snippets(Word("cache"), OBJECT))
+    assert marked(got["Title"]) == "The Harvest object [cache]"
+    assert "[cache]" in marked(got["Abstract"])
+    # Bookkeeping attributes are not shown.
+    assert "Type" not in got
+    assert "MD5" not in got
+
+
+def test_a_long_value_is_cut_to_a_window_around_the_match() -> None:
+    abstract = marked(dict(snippets(Word("hierarchical"), OBJECT))["Abstract"])
+    assert abstract.startswith("…")
+    assert abstract.endswith("…")
+    assert "[hierarchical]" in abstract
+    assert len(abstract) <= WIDTH + 10
+
+
+def test_phrases_prefixes_and_patterns() -> None:
+    assert marked(dict(snippets(Phrase(("object", "cache")), OBJECT))["Title"]) == (
+        "The Harvest [object cache]"
+    )
+    assert marked(dict(snippets(Word("harv", prefix=True), OBJECT))["Title"]) == (
+        "The [Harvest] object cache"
+    )
+    assert marked(dict(snippets(Pattern("^The H", "Title"), OBJECT))["Title"]) == (
+        "[The H]arvest object cache"
+    )
+
+
+def test_words_under_not_and_other_attributes_are_not_marked() -> None:
+    got = dict(snippets(And((Word("harvest", "Title"), Not(Word("cache")))), OBJECT))
+    assert marked(got["Title"]) == "The [Harvest] object cache"
+    assert "Abstract" not in got
+
+
+def test_at_most_a_few_snippets() -> None:
+    many = tuple((f"A{n}", "cache here") for n in range(10))
+    assert len(snippets(Word("cache"), many)) == MAX_SNIPPETS
