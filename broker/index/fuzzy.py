@@ -74,24 +74,47 @@ def within(a: str, b: str, k: int) -> bool:
     end = min(len(a), len(b))
     while start < end and a[start] == b[start]:
         start += 1
-    a, b = a[start:], b[start:]
-    end = min(len(a), len(b))
     tail = 0
-    while tail < end and a[-1 - tail] == b[-1 - tail]:
+    while tail < end - start and a[-1 - tail] == b[-1 - tail]:
         tail += 1
-    if tail:
-        a, b = a[:-tail], b[:-tail]
-    if not a or not b:
-        return max(len(a), len(b)) <= k
-    previous = list(range(len(b) + 1))
-    for x, ca in enumerate(a, 1):
-        current = [x]
-        for y, cb in enumerate(b, 1):
-            current.append(min(previous[y] + 1, current[-1] + 1, previous[y - 1] + (ca != cb)))
-        if min(current) > k:
+    a = a[start : len(a) - tail]
+    b = b[start : len(b) - tail]
+    if len(a) > len(b):
+        a, b = b, a
+    if len(b) <= 1 or not a:
+        # One character each at most (one substitution), or only insertions.
+        return len(b) <= k
+    if k == 1:
+        return False  # one edit leaves at most one character on either side
+    # Edit distance, only the cells within k of the diagonal (the others exceed k).
+    over = k + 1
+    previous = [j if j <= k else over for j in range(len(b) + 1)]
+    for i, ca in enumerate(a, 1):
+        current = [i if i <= k else over] + [over] * len(b)
+        best = current[0]
+        for j in range(max(1, i - k), min(len(b), i + k) + 1):
+            # min() of three, without the cost of calling min in this innermost loop.
+            cost = previous[j - 1] + (ca != b[j - 1])
+            if previous[j] < cost:
+                cost = previous[j] + 1
+            if current[j - 1] < cost:
+                cost = current[j - 1] + 1
+            current[j] = cost
+            if cost < best:
+                best = cost
+        if best > k:
             return False
         previous = current
     return previous[-1] <= k
+
+
+def _within_by_insertions(form: str, word: str) -> bool:
+    """Whether ``word`` is ``form`` with characters inserted (``form`` is a subsequence)."""
+    at = 0
+    for c in word:
+        if at < len(form) and form[at] == c:
+            at += 1
+    return at == len(form)
 
 
 def _key(form: str, number: int) -> int:
@@ -199,15 +222,27 @@ class Vocabulary:
         # characters: each of those must be substituted or deleted.
         if sum(not c.isdigit() for c in word) <= errors:
             return None
-        candidates: set[str] = set()
+        # A candidate filed under a form that ``word`` becomes by i deletions and it by j is
+        # within i + j edits (delete i, insert j): only the others need an edit distance.
+        near: set[str] = set()
+        doubtful: set[str] = set()
         for form in deletions(word, errors):
+            deleted = len(word) - len(form)
             for run in self._runs:
-                candidates.update(run.filed_under(form))
-            if len(candidates) > _MAX_CANDIDATES:
+                for candidate in run.filed_under(form):
+                    if candidate in near:
+                        continue
+                    # Filing is by a hash of the form: check that it is the candidate's.
+                    if deleted + len(candidate) - len(form) <= errors and _within_by_insertions(
+                        form, candidate
+                    ):
+                        near.add(candidate)
+                    else:
+                        doubtful.add(candidate)
+            if len(near) + len(doubtful) > _MAX_CANDIDATES:
                 return None
-        found = [c for c in candidates if within(word, c, errors)]
+        found = sorted(near.union(c for c in doubtful - near if within(word, c, errors)))
         tags = 0
         for c in found:
             tags |= self._tags[c]
-        found.sort()
         return Expansion(tuple(found) if len(found) <= limit else None, tags)

@@ -423,6 +423,8 @@ async def test_errors_are_engine_errors(tmp_path: Path) -> None:
         await TantivyIndex.open(tmp_path / "ok")  # one writer at a time
     with pytest.raises(EngineError):
         await index.search(Word("x"), limit=-1)
+    with pytest.raises(EngineError):  # tantivy's automata go up to 2 errors, as ~1 and ~2
+        await index.search(Word("harvest", errors=3), limit=1)
     await index.close()
     await index.close()
     with pytest.raises(EngineError):
