@@ -31,11 +31,10 @@ import sqlite3
 from pathlib import Path
 
 from broker.errors import StorageError
+from gatherer import sqlite
 
 VERSION = 1
 
-# Waits out another process's write lock (a CLI inspecting the file) instead of failing.
-BUSY_TIMEOUT_MS = 5_000
 # SQLite's page cache (KiB; the default is 2 MiB). A commit inserts into the objects' B-trees
 # in oid order, that is at random: with 100k objects, this cache makes it a third faster.
 CACHE_KIB = 64 * 1024
@@ -211,33 +210,16 @@ CURSOR = "SELECT cursor FROM collections WHERE name = ?"
 def connect(path: Path) -> sqlite3.Connection:
     """Open ``path`` in autocommit mode (transactions are explicit), creating the schema.
     Raises sqlite3.Error, or StorageError for a schema this code can't read."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = sqlite.connect(
+        path, pragmas=(f"journal_size_limit = {JOURNAL_SIZE_LIMIT}", f"cache_size = -{CACHE_KIB}")
+    )
     try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        # WAL: a crash mid-commit leaves the last committed state. NORMAL is crash-safe in
-        # WAL mode (a power cut may lose only the last commits, never corrupt).
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
-        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-        _migrate(conn)
+        sqlite.migrate(conn, _TABLES, VERSION, _unreadable)
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version == 0:
-            for statement in _TABLES:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {VERSION}")
-        elif version != VERSION:
-            raise StorageError(f"registry schema version {version}; this broker reads {VERSION}")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+def _unreadable(version: int) -> StorageError:
+    return StorageError(f"registry schema version {version}; this broker reads {VERSION}")

@@ -20,13 +20,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from gatherer import sqlite
 from gatherer.errors import DatabaseError
 
 VERSION = 1
-
-# Waits out another process's write lock (e.g. the CLI exporting while a gatherer runs)
-# instead of failing at once.
-BUSY_TIMEOUT_MS = 5_000
 
 _TABLES = """
 CREATE TABLE records (
@@ -66,35 +63,24 @@ INSERT INTO meta VALUES ('clock', 0), ('horizon', 0);
 def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
     """Open ``path`` in autocommit mode (transactions are explicit), creating the schema
     for a writer. Raises sqlite3.Error, or DatabaseError for a schema this code can't read."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if readonly:
+    if readonly:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {sqlite.BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA query_only = ON")
-        else:
-            # WAL: exports read a snapshot while the gatherer keeps writing. NORMAL is
-            # crash-safe in WAL mode (a power cut may lose only the last commits).
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            _migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+    conn = sqlite.connect(path)
+    try:
+        statements = [s for s in _TABLES.split(";") if s.strip()]
+        sqlite.migrate(conn, statements, VERSION, _unreadable)
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version == 0:
-            for statement in _TABLES.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {VERSION}")
-        elif version != VERSION:
-            raise DatabaseError(f"database schema version {version}; this gatherer reads {VERSION}")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+def _unreadable(version: int) -> DatabaseError:
+    return DatabaseError(f"database schema version {version}; this gatherer reads {VERSION}")

@@ -1,0 +1,53 @@
+"""The SQLite plumbing the gatherer database and the broker registry share: a connection in
+autocommit mode (transactions are explicit), WAL, and a schema created or checked by version.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+# Waits out another process's write lock (a CLI reading the file while a server writes)
+# instead of failing at once.
+BUSY_TIMEOUT_MS = 5_000
+
+
+def connect(path: Path, *, pragmas: Sequence[str] = ()) -> sqlite3.Connection:
+    """Open ``path`` for a writer: WAL (readers keep a snapshot while it writes) with
+    synchronous NORMAL (crash-safe in WAL mode: a power cut may lose only the last commits),
+    then ``pragmas``. Raises sqlite3.Error."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        for pragma in pragmas:
+            conn.execute(f"PRAGMA {pragma}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def migrate(
+    conn: sqlite3.Connection,
+    statements: Sequence[str],
+    version: int,
+    unreadable: Callable[[int], Exception],
+) -> None:
+    """Create the schema (``statements``, then ``user_version = version``) in a new file;
+    raise ``unreadable(found)`` for a file of another version. One transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (found,) = conn.execute("PRAGMA user_version").fetchone()
+        if found == 0:
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version}")
+        elif found != version:
+            raise unreadable(found)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
