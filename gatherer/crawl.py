@@ -213,15 +213,16 @@ class Crawl:
 
     async def _fetch(self, job: Job) -> Fetched | Stored | None:
         """The fetched document, or the stored record to re-enumerate, or None (nothing)."""
+        stored = await self._db.get(job.url)
+        if stored is not None and stored.refresh_at > self._clock():
+            # Not due: its links come from the record, and the server is not contacted.
+            self.stats.fresh += 1
+            return stored
         if access_method(job.url) == "HTTP":
             robots = await self._robots_for(job.url)
             if not robots.allowed(job.url):
                 self.stats.robots_denied += 1
                 return None
-        stored = await self._db.get(job.url)
-        if stored is not None and stored.refresh_at > self._clock():
-            self.stats.fresh += 1
-            return stored
         validators = None
         if stored is not None:
             validators = Validators(stored.etag, stored.last_modified, stored.md5)

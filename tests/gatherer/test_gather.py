@@ -250,3 +250,21 @@ async def test_a_hanging_summarizer_is_killed_and_the_crawl_goes_on(
     assert site.url("/bad.html") not in got
     assert site.url("/docs/deep/e.html") in got
     assert (site.url("/bad.html"), "summarizing: timeout after 1.0 s") in stats.failures
+
+
+async def test_a_rerun_before_the_refresh_rate_contacts_no_server(
+    tmp_path: Path, site: Site
+) -> None:
+    config = await write_config(tmp_path, site.url("/"), options="URL=100")
+    first = await gather(config)
+    site.hits.clear()
+    again = await gather(config)
+    # Every record is re-enumerated from its stored links without a request; only the URLs
+    # that left no record (a 404, a redirect's first hop; the page too large, cut off again,
+    # is not logged by the site) are asked again, after robots.txt.
+    assert sorted(site.paths()) == ["/a2.html", "/missing.html", "/old.html", "/robots.txt"]
+    assert again.fresh == first.stored - 1  # /a2.html came through /old.html again
+    # /a2.html, reached through /old.html, is fetched again and found unchanged by its MD5.
+    assert again.fetched == 1
+    assert again.unchanged == 1
+    assert again.summarized == 0
