@@ -231,24 +231,33 @@ def gather_once(
     fetched = re.search(r"fetched (\d+) \((\d+) bytes\)", text)
     crawl_s = float(crawl.group(1)) if crawl else wall
     pages = int(fetched.group(1)) if fetched else 0
+    return reported(label, pages, crawl_s, wall, cpu, peak) | {
+        "bytes": int(fetched.group(2)) if fetched else 0,
+        "stored": int(stored.group(1)) if stored else 0,
+        "summary": text.strip().splitlines(),
+        "config": str(config),
+    }
+
+
+def reported(
+    label: str, pages: int, crawl_s: float, wall: float, cpu: float, peak: float
+) -> dict[str, Any]:
+    """One run's figures, printed and as the report's entry."""
     result = {
         "label": label,
         "pages": pages,
-        "bytes": int(fetched.group(2)) if fetched else 0,
-        "stored": int(stored.group(1)) if stored else 0,
         "crawl_seconds": round(crawl_s, 2),
         "wall_seconds": round(wall, 2),
         "pages_per_s": round(pages / crawl_s, 1),
         "pages_per_s_wall": round(pages / wall, 1),
         "cpu_seconds": round(cpu, 2),
         "peak_rss_mb": round(peak, 1),
-        "summary": text.strip().splitlines(),
     }
     say(
         f"{label:>12}: {pages} pages in {crawl_s:.2f} s = {result['pages_per_s']} pages/s"
         f" ({result['pages_per_s_wall']}/s with start-up), CPU {cpu:.2f} s, peak RSS {peak:.0f} MB"
     )
-    return result | {"config": str(config)}
+    return result
 
 
 SPIDER = """\
@@ -317,21 +326,7 @@ def scrapy_once(session: Session, python: Path, port: int) -> dict[str, Any]:
     text, wall, cpu, peak = measured(session, argv, top)
     figures = json.loads(text.strip().splitlines()[-1])
     pages, crawl_s = int(figures["pages"]), float(figures["elapsed"]) or wall
-    result = {
-        "label": "scrapy",
-        "pages": pages,
-        "crawl_seconds": round(crawl_s, 2),
-        "wall_seconds": round(wall, 2),
-        "pages_per_s": round(pages / crawl_s, 1),
-        "pages_per_s_wall": round(pages / wall, 1),
-        "cpu_seconds": round(cpu, 2),
-        "peak_rss_mb": round(peak, 1),
-    }
-    say(
-        f"{'scrapy':>12}: {pages} pages in {crawl_s:.2f} s = {result['pages_per_s']} pages/s"
-        f" ({result['pages_per_s_wall']}/s with start-up), CPU {cpu:.2f} s, peak RSS {peak:.0f} MB"
-    )
-    return result
+    return reported("scrapy", pages, crawl_s, wall, cpu, peak)
 
 
 def export_size(config: str) -> dict[str, int]:

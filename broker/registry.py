@@ -58,7 +58,6 @@ whatever pulls were staged.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import math
@@ -73,6 +72,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from broker import schema
 from broker.errors import StorageError
 from broker.oid import gatherer_identity, oid
+from gatherer import sqlite
 from gatherer.errors import SoifError
 from gatherer.soif import Delete, Item, Record, Refresh, Update, decode, encode
 
@@ -446,16 +446,7 @@ class _Store:
 
 
 async def _result(future: Future[T], context: str) -> T:
-    """Await work running on the registry's thread, mapping SQLite's errors at the boundary."""
-    try:
-        return await asyncio.wrap_future(future)
-    except sqlite3.Error as error:
-        raise StorageError(f"{context}: {error}") from error
-
-
-def _close_made(opening: Future[_Store]) -> None:
-    if not opening.cancelled() and opening.exception() is None:
-        opening.result().close()
+    return await sqlite.awaited(future, context, StorageError)
 
 
 class Pull:
@@ -590,7 +581,7 @@ class Registry:
             store = await _result(opening, f"cannot open registry {path}")
         except BaseException:
             # Cancelled mid-open: the connection is closed once made, on its own thread.
-            executor.submit(_close_made, opening)
+            executor.submit(sqlite.close_made, opening)
             executor.shutdown(wait=False)
             raise
         reading = ThreadPoolExecutor(1, thread_name_prefix="broker-registry-read")
@@ -598,7 +589,7 @@ class Registry:
         try:
             reader = await _result(connecting, f"cannot open registry {path}")
         except BaseException:
-            reading.submit(_close_made, connecting)
+            reading.submit(sqlite.close_made, connecting)
             reading.shutdown(wait=False)
             executor.submit(store.close)
             executor.shutdown(wait=False)

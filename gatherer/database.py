@@ -32,6 +32,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from gatherer import sqlite
 from gatherer.errors import DatabaseError, SoifError
 from gatherer.schema import connect
 from gatherer.soif import Record, decode, encode
@@ -84,25 +85,7 @@ def load_record(url: str, blob: bytes) -> Record:
 
 
 async def _result(future: Future[T], context: str) -> T:
-    """Await work running on a database thread, mapping SQLite's errors at the boundary."""
-    try:
-        return await asyncio.wrap_future(future)
-    except sqlite3.Error as error:
-        raise DatabaseError(f"{context}: {error}") from error
-
-
-async def _finish(executor: ThreadPoolExecutor, close: Callable[[], None], context: str) -> None:
-    """Run ``close`` as a thread's last job and let the thread end. Submitted before any
-    await, so the connection is closed after the work already queued even if the caller is
-    cancelled."""
-    closing = executor.submit(close)
-    executor.shutdown(wait=False)
-    await _result(closing, context)
-
-
-def _close_made(opening: Future[sqlite3.Connection]) -> None:
-    if not opening.cancelled() and opening.exception() is None:
-        opening.result().close()
+    return await sqlite.awaited(future, context, DatabaseError)
 
 
 def _stamped(record: Record, us: int) -> Record:
@@ -264,7 +247,7 @@ class Snapshot:
         try:
             until_us, complete = await _result(opening, _READ_FAILED)
         except BaseException:
-            await _finish(executor, reader.close, _READ_FAILED)
+            await sqlite.finish(executor, reader.close, _READ_FAILED, DatabaseError)
             raise
         return cls(executor, reader, until_us / _US, complete)
 
@@ -278,7 +261,7 @@ class Snapshot:
         return render(changes) if changes else None
 
     async def close(self) -> None:
-        await _finish(self._executor, self._reader.close, _READ_FAILED)
+        await sqlite.finish(self._executor, self._reader.close, _READ_FAILED, DatabaseError)
 
 
 class _Writer:
@@ -550,7 +533,7 @@ class GathererDatabase:
             conn = await _result(opening, f"cannot open gatherer database {path}")
         except BaseException:
             # Cancelled mid-open: the connection is closed once made, on its own thread.
-            executor.submit(_close_made, opening)
+            executor.submit(sqlite.close_made, opening)
             executor.shutdown(wait=False)
             raise
         return cls(path, executor, _Writer(conn, tombstone_retention), max_exports)
@@ -567,7 +550,9 @@ class GathererDatabase:
         if self._closed:
             return
         self._closed = True
-        await _finish(self._executor, self._writer.close, f"gatherer database {self.path}")
+        await sqlite.finish(
+            self._executor, self._writer.close, f"gatherer database {self.path}", DatabaseError
+        )
 
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._closed:

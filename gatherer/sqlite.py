@@ -4,9 +4,22 @@ autocommit mode (transactions are explicit), WAL, and a schema created or checke
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
+
 
 # Waits out another process's write lock (a CLI reading the file while a server writes)
 # instead of failing at once.
@@ -51,3 +64,31 @@ def migrate(
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+async def awaited(future: Future[T], context: str, mapped: Callable[[str], Exception]) -> T:
+    """Await work running on a connection's thread; SQLite's errors become ``mapped``."""
+    try:
+        return await asyncio.wrap_future(future)
+    except sqlite3.Error as error:
+        raise mapped(f"{context}: {error}") from error
+
+
+async def finish(
+    executor: ThreadPoolExecutor,
+    close: Callable[[], None],
+    context: str,
+    mapped: Callable[[str], Exception],
+) -> None:
+    """Run ``close`` as the thread's last job and let the thread end. Submitted before any
+    await, so the connection is closed after the work already queued even if the caller is
+    cancelled."""
+    closing = executor.submit(close)
+    executor.shutdown(wait=False)
+    await awaited(closing, context, mapped)
+
+
+def close_made(opening: Future[C]) -> None:
+    """Close what an opening that was given up on made, if it made anything."""
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().close()
