@@ -21,6 +21,8 @@ search page and the metrics, with one error boundary.
     POST   /api/admin/gc                            expire, reconcile the index
     POST   /api/admin/rebuild                       rebuild the index from the registry
     GET    /api/admin/stats
+    /api/replica/{collection}/...                   what the replicator reads and applies
+                                                    (broker.replica_api)
 
 Admin changes last until the broker restarts (the configuration file is not rewritten).
 
@@ -46,12 +48,12 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from broker import bulk, hsr
+from broker import bulk, hsr, replica_api
 from broker import web as page
 from broker.app import INDEX_DIR, REGISTRY_FILE
 from broker.collector import PullResult
 from broker.config import CollectionConfig, from_mapping
-from broker.errors import ConfigError, EngineError, QuerySyntaxError, StorageError
+from broker.errors import ConfigError, EngineError, QuerySyntaxError, ReplicaError, StorageError
 from broker.metrics import INTERFACES, QUERY_OUTCOMES, BrokerMetrics, software_version
 from broker.scheduler import CollectionStatus, Scheduler
 from broker.search import Page
@@ -377,7 +379,7 @@ class Api:
 
     # -- admin ------------------------------------------------------------------------------
 
-    def _authorize(self, request: web.Request) -> None:
+    def authorize(self, request: web.Request) -> None:
         token = self._broker.config.broker.admin_token
         if token is None:
             raise web.HTTPForbidden(
@@ -422,7 +424,7 @@ class Api:
         )
 
     async def add_collection(self, request: web.Request) -> web.Response:
-        self._authorize(request)
+        self.authorize(request)
         scheduler = self._live_scheduler()
         try:
             table = await request.json()
@@ -451,7 +453,7 @@ class Api:
         )
 
     async def remove_collection(self, request: web.Request) -> web.Response:
-        self._authorize(request)
+        self.authorize(request)
         scheduler = self._live_scheduler()
         name = request.match_info["name"]
         keep = _flag(request.query, "keep")
@@ -475,7 +477,7 @@ class Api:
         return web.json_response({"removed": name, "objects_removed": len(removed)})
 
     async def pull(self, request: web.Request) -> web.Response:
-        self._authorize(request)
+        self.authorize(request)
         scheduler = self._live_scheduler()
         name = request.match_info["name"]
         full = _flag(request.query, "full")
@@ -521,7 +523,7 @@ class Api:
         )
 
     async def default_ttl(self, request: web.Request) -> web.Response:
-        self._authorize(request)
+        self.authorize(request)
         scheduler = self._live_scheduler()
         try:
             body = await request.json()
@@ -543,7 +545,7 @@ class Api:
         return web.json_response({"default_ttl": seconds, "collections": sorted(applies)})
 
     async def gc(self, request: web.Request) -> web.Response:
-        self._authorize(request)
+        self.authorize(request)
         before = await self._broker.registry.count()
         reconciled = await self._broker.collect_garbage()
         after = await self._broker.registry.count()
@@ -557,13 +559,13 @@ class Api:
         )
 
     async def rebuild(self, request: web.Request) -> web.Response:
-        self._authorize(request)
+        self.authorize(request)
         started = time.perf_counter()
         indexed = await self._broker.rebuild_index()
         return web.json_response({"indexed": indexed, "seconds": time.perf_counter() - started})
 
     async def admin_stats(self, request: web.Request) -> web.Response:
-        self._authorize(request)
+        self.authorize(request)
         broker = self._broker
         directory = broker.config.broker.data_dir
         stats = await self._stats()
@@ -627,7 +629,7 @@ def make_app(broker: Broker) -> web.Application:
             return await handler(request)
         except QuerySyntaxError as error:
             return _problem(request, 400, error.reason, position=error.position, query=error.query)
-        except (bulk.BulkRequestError, hsr.RegistrationError) as error:
+        except (bulk.BulkRequestError, hsr.RegistrationError, ReplicaError) as error:
             return _problem(request, 400, str(error))
         except ConfigError as error:
             return _problem(request, 400, "; ".join(error.problems), problems=error.problems)
@@ -647,6 +649,7 @@ def make_app(broker: Broker) -> web.Application:
     app.on_startup.append(api.startup)
     search_page = page.add_routes(app, broker, metrics)
     hsr.add_routes(app, broker, metrics)
+    replica_api.add_routes(app, broker, api.authorize)
     router = app.router
     router.add_get("/api/search", api.search)
     router.add_get("/api/objects/{oid}", api.object)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -42,6 +43,22 @@ class Settings:
     collections: dict[str, CollectionConfig] = field(default_factory=dict)
 
 
+class ChangeSignal:
+    """Wakes those waiting for the registry to change (replicators' long polls). Take
+    ``current()`` before reading the registry, then wait on it: a change in between is not
+    missed."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def current(self) -> asyncio.Event:
+        return self._event
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+
 class Broker:
     """Start with ``await Broker.start(config)``; ``address`` is where it listens."""
 
@@ -57,10 +74,17 @@ class Broker:
         self.scheduler: Scheduler
         self.address: tuple[str, int] = ("", 0)
         self._changes = asyncio.Lock()  # one writer of the index at a time
+        self.changed = ChangeSignal()
         # Garbage collections run (periodic and asked for), failed, and when the last ended.
         self.gc_runs = 0
         self.gc_failures = 0
         self.gc_last: float | None = None
+
+    @property
+    def member(self) -> str:
+        """This broker's id among replicas: configured, or its host name and listen port."""
+        settings = self.config.broker
+        return settings.member or f"{socket.gethostname()}:{settings.listen.port}"
 
     @classmethod
     async def start(cls, config: Config) -> Broker:
@@ -93,7 +117,7 @@ class Broker:
         await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
         stack = self._stack
         self.registry = await stack.enter_async_context(
-            await Registry.open(directory / REGISTRY_FILE)
+            await Registry.open(directory / REGISTRY_FILE, member=self.member)
         )
         self.index = await stack.enter_async_context(await TantivyIndex.open(directory / INDEX_DIR))
         self.sync = IndexSync(self.registry, self.index)
@@ -122,13 +146,17 @@ class Broker:
         """Bring the index up to the registry: after a pull, or a change made outside the
         scheduler (an HSR registration). Returns how many changes were applied."""
         async with self._changes:
-            return await self.sync.catch_up()
+            try:
+                return await self.sync.catch_up()
+            finally:
+                self.changed.notify()
 
     async def collect_garbage(self) -> Reconciled:
         """Remove expired objects and make the index match the registry."""
         try:
             async with self._changes:
                 expired = await self.registry.expire(time.time())
+                self.changed.notify()
                 reconciled = await self.sync.reconcile()
         except BrokerError:
             self.gc_failures += 1

@@ -46,10 +46,10 @@ from broker.index.tantivy_engine import TantivyIndex
 from broker.metrics import software_version
 from broker.registry import Registry
 from broker.sync import IndexSync
+from harvest_cache.stopping import stop_signal
 
 PROG = "harvest-broker"
 DEFAULT_URL = "http://127.0.0.1:8501"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 BOLD, PLAIN = "\x1b[1m", "\x1b[0m"
 # Characters never printed from a remote answer: C0 and C1 controls (an object's title could
 # otherwise move the cursor or retitle the terminal), except tab and newline.
@@ -189,28 +189,12 @@ def _config(path: Path) -> Config:
 
 
 async def _serve(config: Config) -> int:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-
-    def restore() -> None:
-        for signum in STOP_SIGNALS:
-            loop.remove_signal_handler(signum)
-
-    def stopping() -> None:
-        restore()  # the next signal acts as usual: a way out should stopping hang
-        stop.set()
-
-    for signum in STOP_SIGNALS:
-        loop.add_signal_handler(signum, stopping)
-    try:
-        async with await Broker.start(config) as broker, _registered(config, broker):
-            host, port = broker.address
-            where = f"[{host}]" if ":" in host else host
-            print(f"{PROG}: {config.broker.name} listening on http://{where}:{port}/", flush=True)
-            await stop.wait()
-            logging.getLogger(__name__).info("stopping")
-    finally:
-        restore()
+    async with await Broker.start(config) as broker, _registered(config, broker):
+        host, port = broker.address
+        where = f"[{host}]" if ":" in host else host
+        print(f"{PROG}: {config.broker.name} listening on http://{where}:{port}/", flush=True)
+        await stop_signal()
+        logging.getLogger(__name__).info("stopping")
     return 0
 
 

@@ -99,6 +99,12 @@ class BrokerSettings:
         300.0, "Seconds one pull may take, start to end.", number(1, 86400)
     )
     max_results: int = setting(100, "Most results one query page may ask for.", integer(1, 10000))
+    member: str = setting(
+        "",
+        "This broker's id among the replicas of its collections (unique in a replication"
+        " group; the origin of the changes made here). Empty: the host name and listen port.",
+        str,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@
     ├── QuerySyntaxError     a query that does not parse; ``position`` is the character offset
     ├── CollectError         a pull from a gatherer or broker failed; nothing of it was applied
     ├── StorageError         the registry's database could not be read or written
+    ├── ReplicaError         another member's entries are not valid objects; none applied
     └── EngineError          the index engine failed (open, write, search)
 
 Third-party exceptions (sqlite3, aiohttp, the index engine's) are mapped to these where the
@@ -51,6 +52,11 @@ class CollectError(BrokerError):
 
 class StorageError(BrokerError):
     """The registry's SQLite database failed."""
+
+
+class ReplicaError(BrokerError):
+    """Entries offered by a replica are invalid (a record that is not one SOIF object of the
+    entry's URL, or of another collection than the one replicated); none were applied."""
 
 
 class EngineError(BrokerError):

@@ -34,13 +34,20 @@ export: the collection's objects it neither brought nor refreshed are removed. L
 ``async with`` block without committing (by an exception or not) aborts the pull; a pull
 cut short by a crash is dropped when the registry is next opened.
 
-**Changes.** Each upsert and each removal takes the next number of one database-wide
-sequence, ``seq``: an object row keeps the seq of its last upsert, and a removal leaves a
+**Changes.** Each upsert, refresh and removal takes the next number of one database-wide
+sequence, ``seq``: an object row keeps the seq of its last change, and a removal leaves a
 tombstone with its own. ``changes_since(n)`` reports, in seq order, the current state of
 everything that changed after ``n`` (an object changed twice is reported once, as it is
-now; refreshes take no seq). Tombstones are dropped by ``expire`` once older than the
-retention and applied by the index; ``oldest_seq`` is then the lowest ``n`` still answered
-exactly (a replica behind it must take a full copy).
+now; one whose record did not change after ``n`` as a ``refresh``). Tombstones are dropped
+by ``expire`` once older than the retention and applied by the index; ``oldest_seq`` is then
+the lowest ``n`` still answered exactly (a replica behind it must take a full copy).
+
+**Replicas.** Every object and tombstone carries a version (replicator/version.py): a
+change made here is stamped with the time and this registry's ``member`` id, above the
+version it replaces. The replicator reads a collection's changes with their versions
+(``replica_changes``), asks which offered versions are newer than those held
+(``replica_versions``), reads whole states (``replica_entries``) and applies another
+member's (``apply_replica``: in one transaction, each entry only if its version is newer).
 
 **Index synchronisation.** ``indexed_seq`` is the highest seq the index is known to
 reflect: the index applies ``index_backlog`` and calls ``mark_indexed`` after its own
@@ -70,11 +77,13 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from broker import schema
-from broker.errors import StorageError
+from broker.errors import ReplicaError, StorageError
 from broker.oid import gatherer_identity, oid
 from gatherer import sqlite
 from gatherer.errors import SoifError
 from gatherer.soif import Delete, Item, Record, Refresh, Update, decode, encode
+from replicator.version import STEP, Version
+from replicator.wire import Entry
 
 DAY = 86_400.0
 TIME_TO_LIVE = "Time-to-Live"
@@ -115,12 +124,13 @@ class Stored:
 @dataclass(frozen=True, slots=True)
 class Change:
     """One entry of the change sequence: the object as it now is (``upsert``, with its
-    record), or its removal (``remove``, no record). ``url`` and ``gatherer`` are the
+    record; ``refresh`` when only its expiry changed after the seq asked from), or its
+    removal (``remove``, no record). ``url`` and ``gatherer`` are the
     object's, for an index or replica that needs them without the record."""
 
     seq: int
     oid: str
-    kind: Literal["upsert", "remove"]
+    kind: Literal["upsert", "refresh", "remove"]
     collection: str
     record: Record | None
     url: str
@@ -145,6 +155,23 @@ class Applied:
         return (
             f"Applied({len(self.upserted)} upserted, {len(self.removed)} removed,"
             f" {self.refreshed} refreshed, {self.ignored} ignored)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaApplied:
+    """What applying another member's entries did: the oids upserted and removed, how many
+    entries were not newer than what is held (skipped), and the last seq after it."""
+
+    upserted: tuple[str, ...]
+    removed: tuple[str, ...]
+    skipped: int
+    last_seq: int
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplicaApplied({len(self.upserted)} upserted, {len(self.removed)} removed,"
+            f" {self.skipped} skipped, last seq {self.last_seq})"
         )
 
 
@@ -209,6 +236,28 @@ def _staging_row(item: Item, collection: str) -> _StagingRow:
     )
 
 
+# (seq, oid, version) of one change of a collection.
+ReplicaChange = tuple[int, str, Version]
+
+
+def _replica_update_time(entry: Entry, collection: str) -> float | None:
+    """Check ``entry`` belongs to ``collection``, that its oid is that of its URL and gatherer
+    and that its record is one SOIF object of its URL; return the record's Update-Time."""
+    if entry.collection != collection:
+        raise ReplicaError(f"{entry.oid} is of collection {entry.collection!r}, not {collection!r}")
+    if entry.oid != oid(entry.gatherer, entry.url):
+        raise ReplicaError(f"{entry.oid} is not the oid of {entry.url} by {entry.gatherer!r}")
+    if entry.record is None:
+        return None
+    try:
+        items = decode(entry.record)
+    except SoifError as error:
+        raise ReplicaError(f"the record of {entry.oid} is not SOIF: {error}") from None
+    if len(items) != 1 or not isinstance(items[0], Record) or items[0].url != entry.url:
+        raise ReplicaError(f"the record of {entry.oid} is not one SOIF object of {entry.url}")
+    return _number(items[0], UPDATE_TIME)
+
+
 def _load(oid: str, blob: bytes) -> Record:
     try:
         items = decode(blob)
@@ -247,14 +296,15 @@ class _Sequence:
 class _Store:
     """The registry's connection; every method runs on the registry's thread."""
 
-    def __init__(self, conn: sqlite3.Connection, tombstone_retention: float) -> None:
+    def __init__(self, conn: sqlite3.Connection, tombstone_retention: float, member: str) -> None:
         self._conn = conn
         self._retention = tombstone_retention
+        self._member = member
 
     @classmethod
-    def open(cls, path: Path, tombstone_retention: float) -> _Store:
+    def open(cls, path: Path, tombstone_retention: float, member: str) -> _Store:
         """Connect, and drop the pulls a killed process left staged."""
-        store = cls(schema.connect(path), tombstone_retention)
+        store = cls(schema.connect(path), tombstone_retention, member)
         try:
             with store._transaction() as conn:
                 conn.execute(schema.DROP_ALL_STAGED_RECORDS)
@@ -267,9 +317,9 @@ class _Store:
         return store
 
     @classmethod
-    def reader(cls, path: Path, tombstone_retention: float) -> _Store:
+    def reader(cls, path: Path, tombstone_retention: float, member: str) -> _Store:
         """A second connection, for reads only (the writer has made the schema)."""
-        return cls(schema.connect(path), tombstone_retention)
+        return cls(schema.connect(path), tombstone_retention, member)
 
     def close(self) -> None:
         self._conn.close()
@@ -297,12 +347,25 @@ class _Store:
         return int(self._conn.execute(schema.GET_META, (key,)).fetchone()[0])
 
     def _remove(
-        self, sequence: _Sequence, now: float, sql: str, params: Sequence[Any]
+        self,
+        sequence: _Sequence,
+        now: float,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        expiry: bool = False,
     ) -> list[str]:
-        """Run a DELETE on objects (returning oid, url, gatherer, collection) and leave a
-        tombstone for each object it removed, numbered in URL order. Returns their oids."""
+        """Run a DELETE on objects (returning oid, url, gatherer, collection, stamp, origin,
+        expires) and leave a tombstone for each object it removed, numbered in URL order.
+        Returns their oids. A removal by ``expiry`` is versioned by the object alone (its
+        expiry and origin), so that every replica makes the same tombstone."""
         gone = sorted(self._conn.execute(sql, params).fetchall(), key=lambda row: (row[1], row[0]))
-        self._conn.executemany(schema.BURY, [(*row, sequence.next(), now) for row in gone])
+        tombstones = []
+        for key, url, gatherer, collection, stamp, origin, expires in gone:
+            at, by = (expires, origin) if expiry else (now, self._member)
+            version = (max(at, stamp + STEP), by)
+            tombstones.append((key, url, gatherer, collection, sequence.next(), now, *version))
+        self._conn.executemany(schema.BURY, tombstones)
         return [row[0] for row in gone]
 
     # -- pulls ------------------------------------------------------------------------------
@@ -350,17 +413,31 @@ class _Store:
                 for kind, key, url, gatherer, record, ttl, update_time in rows:
                     expires = now + (default_ttl if ttl is None else ttl)
                     if kind == schema.UPSERT:
-                        seq = sequence.next()
                         conn.execute(
                             schema.UPSERT_OBJECT,
-                            (key, collection, url, gatherer, record, expires, update_time, seq),
+                            {
+                                "oid": key,
+                                "collection": collection,
+                                "url": url,
+                                "gatherer": gatherer,
+                                "record": record,
+                                "expires": expires,
+                                "update_time": update_time,
+                                "seq": sequence.next(),
+                                "stamp": now,
+                                "origin": self._member,
+                            },
                         )
                         outcome[key] = True
                         continue
                     target = (collection, url if key is None else key)
                     if kind == schema.REFRESH:
-                        sql = schema.REFRESH_BY_URL if key is None else schema.REFRESH_BY_OID
-                        matched = [found for (found,) in conn.execute(sql, (expires, *target))]
+                        sql = schema.OIDS_BY_URL if key is None else schema.OIDS_BY_OID
+                        matched = [found for (found,) in conn.execute(sql, target).fetchall()]
+                        conn.executemany(
+                            schema.REFRESH_OBJECT,
+                            [(expires, sequence.next(), now, self._member, m) for m in matched],
+                        )
                         refreshed.update(matched)
                     else:
                         sql = schema.DELETE_BY_URL if key is None else schema.DELETE_BY_OID
@@ -384,7 +461,7 @@ class _Store:
 
     def expire(self, now: float) -> tuple[str, ...]:
         with self._changing() as sequence:
-            removed = self._remove(sequence, now, schema.DELETE_EXPIRED, (now,))
+            removed = self._remove(sequence, now, schema.DELETE_EXPIRED, (now,), expiry=True)
             dropped = self._conn.execute(
                 schema.DROP_TOMBSTONES, (now - self._retention, self.meta("indexed_seq"))
             ).fetchall()
@@ -443,6 +520,76 @@ class _Store:
 
     def backlog(self, limit: int) -> list[Change]:
         return self.changes(self.meta("indexed_seq"), limit)
+
+    # -- replicas ---------------------------------------------------------------------------
+
+    def replica_changes(self, collection: str, after: int, limit: int) -> list[ReplicaChange]:
+        params = {"collection": collection, "after": after, "limit": limit}
+        rows = self._conn.execute(schema.REPLICA_CHANGES, params)
+        return [(seq, key, Version(stamp, by, bool(gone))) for seq, key, stamp, by, gone in rows]
+
+    def versions(self, keys: list[str]) -> dict[str, Version]:
+        rows = self._conn.execute(schema.VERSIONS, {"oids": json.dumps(keys)})
+        return {key: Version(stamp, by, bool(gone)) for key, stamp, by, gone in rows}
+
+    def collection_versions(self, collection: str) -> list[tuple[str, Version]]:
+        rows = self._conn.execute(schema.COLLECTION_VERSIONS, {"collection": collection})
+        return [(key, Version(stamp, by, bool(gone))) for key, stamp, by, gone in rows]
+
+    def entries(self, keys: list[str]) -> list[Entry]:
+        rows = self._conn.execute(schema.ENTRIES, {"oids": json.dumps(keys)})
+        return [
+            Entry(key, collection, url, gatherer, expires, Version(stamp, by, blob is None), blob)
+            for key, collection, url, gatherer, expires, stamp, by, blob in rows
+        ]
+
+    def apply_replica(
+        self, collection: str, entries: Sequence[Entry], now: float
+    ) -> ReplicaApplied:
+        # Every entry checked before anything is written: a bad one applies none.
+        latest: dict[str, tuple[Entry, float | None]] = {}
+        for entry in entries:
+            update_time = _replica_update_time(entry, collection)
+            if entry.oid not in latest or latest[entry.oid][0].version < entry.version:
+                latest[entry.oid] = (entry, update_time)
+        conn = self._conn
+        upserted: list[str] = []
+        removed: list[str] = []
+        with self._changing() as sequence:
+            held = self.versions(list(latest))
+            for key, (entry, update_time) in latest.items():
+                version = entry.version
+                if not version.deleted and entry.expires <= now:
+                    # Expired on the way: the tombstone its expiry makes everywhere.
+                    version = Version(
+                        max(entry.expires, version.stamp + STEP), version.origin, True
+                    )
+                current = held.get(key)
+                if current is not None and version <= current:
+                    continue
+                if version.deleted:
+                    conn.execute(schema.DELETE_OBJECT, (key,))
+                    bury = (key, entry.url, entry.gatherer, collection, sequence.next(), now)
+                    conn.execute(schema.BURY, (*bury, version.stamp, version.origin))
+                    removed.append(key)
+                    continue
+                record = conn.execute(schema.INSERT_RECORD, (entry.record,)).lastrowid
+                row = {
+                    "oid": key,
+                    "collection": collection,
+                    "url": entry.url,
+                    "gatherer": entry.gatherer,
+                    "record": record,
+                    "expires": entry.expires,
+                    "update_time": update_time,
+                    "seq": sequence.next(),
+                    "stamp": version.stamp,
+                    "origin": version.origin,
+                }
+                conn.execute(schema.PUT_REPLICA, row)
+                upserted.append(key)
+        skipped = len(entries) - len(upserted) - len(removed)
+        return ReplicaApplied(tuple(upserted), tuple(removed), skipped, sequence.last)
 
 
 async def _result(future: Future[T], context: str) -> T:
@@ -570,13 +717,16 @@ class Registry:
         return self._closed
 
     @classmethod
-    async def open(cls, path: Path, *, tombstone_retention: float = 30 * DAY) -> Registry:
+    async def open(
+        cls, path: Path, *, tombstone_retention: float = 30 * DAY, member: str = "local"
+    ) -> Registry:
         """Open (creating if needed) the registry at ``path``; tombstones are kept for
-        ``tombstone_retention`` seconds (and until the index has applied them)."""
+        ``tombstone_retention`` seconds (and until the index has applied them). ``member``:
+        this broker's id among replicas, the origin of the changes made here."""
         if not tombstone_retention >= 0:
             raise ValueError(f"tombstone_retention must be >= 0, got {tombstone_retention}")
         executor = ThreadPoolExecutor(1, thread_name_prefix="broker-registry")
-        opening = executor.submit(_Store.open, path, tombstone_retention)
+        opening = executor.submit(_Store.open, path, tombstone_retention, member)
         try:
             store = await _result(opening, f"cannot open registry {path}")
         except BaseException:
@@ -585,7 +735,7 @@ class Registry:
             executor.shutdown(wait=False)
             raise
         reading = ThreadPoolExecutor(1, thread_name_prefix="broker-registry-read")
-        connecting = reading.submit(_Store.reader, path, tombstone_retention)
+        connecting = reading.submit(_Store.reader, path, tombstone_retention, member)
         try:
             reader = await _result(connecting, f"cannot open registry {path}")
         except BaseException:
@@ -719,3 +869,33 @@ class Registry:
     async def cursor(self, collection: str) -> str | None:
         """Where ``collection``'s next pull resumes; None if it has none (or no pull yet)."""
         return await self._read(self._reader.cursor, collection)
+
+    # -- replicas ---------------------------------------------------------------------------
+
+    async def replica_changes(self, collection: str, after: int, limit: int) -> list[ReplicaChange]:
+        """Up to ``limit`` (seq, oid, version) of ``collection``'s changes after ``after``."""
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        return await self._read(self._reader.replica_changes, collection, after, limit)
+
+    async def replica_versions(self, oids: Iterable[str]) -> dict[str, Version]:
+        """The versions held (object or tombstone) of those of ``oids`` that are held."""
+        return await self._read(self._reader.versions, list(oids))
+
+    async def collection_versions(self, collection: str) -> list[tuple[str, Version]]:
+        """(oid, version) of every object and tombstone of ``collection``."""
+        return await self._read(self._reader.collection_versions, collection)
+
+    async def replica_entries(self, oids: Iterable[str]) -> list[Entry]:
+        """The whole state (object or tombstone) of those of ``oids`` that are held."""
+        return await self._read(self._reader.entries, list(oids))
+
+    async def apply_replica(
+        self, collection: str, entries: Sequence[Entry], *, now: float
+    ) -> ReplicaApplied:
+        """Apply another member's ``entries`` of ``collection`` in one transaction, each only
+        if its version is newer than the one held; ReplicaError (nothing applied) if one is
+        invalid. A live entry already expired at ``now`` is applied as its expiry's
+        tombstone."""
+        await self._sweep()
+        return await self._call(self._store.apply_replica, collection, entries, now)

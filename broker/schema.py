@@ -3,12 +3,15 @@ connection is set up.
 
 ::
 
-    objects      oid → collection, url, gatherer, record, expires, update_time, seq
+    objects      oid → collection, url, gatherer, record, expires, update_time, seq (its
+                 last change), record_seq (its record's), stamp, origin (its version:
+                 replicator/version.py)
     records      id → one encoded SOIF object; owned by one objects row, one staging row
                  or the garbage (a commit hands it from staging to objects: never copied)
     garbage      records no longer owned, freed in small transactions later
     staging      the items of pulls not yet committed, one row each, in stream order
-    tombstones   oid → url, gatherer, collection, seq, removed_at (for changes_since)
+    tombstones   oid → url, gatherer, collection, seq, removed_at, stamp, origin (for
+                 changes_since, and replicas: a removal is a version too)
     collections  name → cursor (opaque: where the next pull resumes), last_pull
     meta         'seq' (the last change number given), 'horizon' (the highest seq of a
                  tombstone dropped: changes from before it are no longer exact),
@@ -32,8 +35,9 @@ from pathlib import Path
 
 from broker.errors import StorageError
 from gatherer import sqlite
+from replicator.version import STEP
 
-VERSION = 1
+VERSION = 2
 
 # SQLite's page cache (KiB; the default is 2 MiB). A commit inserts into the objects' B-trees
 # in oid order, that is at random: with 100k objects, this cache makes it a third faster.
@@ -44,6 +48,12 @@ JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 # Staging kinds.
 UPSERT, REFRESH, DELETE = "upsert", "refresh", "delete"
+
+# A replica reads one collection's changes in seq order.
+_REPLICA_INDEXES = (
+    "CREATE INDEX objects_collection_seq ON objects (collection, seq)",
+    "CREATE INDEX tombstones_collection_seq ON tombstones (collection, seq)",
+)
 
 _TABLES = (
     """CREATE TABLE records (
@@ -59,7 +69,10 @@ _TABLES = (
         record      INTEGER NOT NULL,
         expires     REAL NOT NULL,
         update_time REAL,
-        seq         INTEGER NOT NULL UNIQUE
+        seq         INTEGER NOT NULL UNIQUE,
+        record_seq  INTEGER NOT NULL,
+        stamp       REAL NOT NULL DEFAULT 0,
+        origin      TEXT NOT NULL DEFAULT ''
     ) WITHOUT ROWID""",
     "CREATE INDEX objects_url ON objects (url)",
     "CREATE INDEX objects_collection_url ON objects (collection, url)",
@@ -83,9 +96,12 @@ _TABLES = (
         gatherer   TEXT NOT NULL,
         collection TEXT NOT NULL,
         seq        INTEGER NOT NULL UNIQUE,
-        removed_at REAL NOT NULL
+        removed_at REAL NOT NULL,
+        stamp      REAL NOT NULL DEFAULT 0,
+        origin     TEXT NOT NULL DEFAULT ''
     ) WITHOUT ROWID""",
     "CREATE INDEX tombstones_removed_at ON tombstones (removed_at)",
+    *_REPLICA_INDEXES,
     """CREATE TABLE collections (
         name      TEXT PRIMARY KEY,
         cursor    TEXT,
@@ -109,6 +125,19 @@ _TABLES = (
         DELETE FROM tombstones WHERE oid = new.oid;
     END""",
 )
+
+# Version 1 had no versions: its objects and tombstones get stamp 0, which any change beats.
+_UPGRADES = {
+    1: (
+        "ALTER TABLE objects ADD COLUMN record_seq INTEGER NOT NULL DEFAULT 0",
+        "UPDATE objects SET record_seq = seq",
+        "ALTER TABLE objects ADD COLUMN stamp REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE objects ADD COLUMN origin TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE tombstones ADD COLUMN stamp REAL NOT NULL DEFAULT 0",
+        "ALTER TABLE tombstones ADD COLUMN origin TEXT NOT NULL DEFAULT ''",
+        *_REPLICA_INDEXES,
+    )
+}
 
 # -- staging ------------------------------------------------------------------------------
 
@@ -137,19 +166,44 @@ FREE_RECORD = "DELETE FROM records WHERE id = ?"
 
 # -- applying -----------------------------------------------------------------------------
 
-UPSERT_OBJECT = """
-INSERT INTO objects (oid, collection, url, gatherer, record, expires, update_time, seq)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+# A change made here is stamped above the version it replaces, object or tombstone
+# (replicator/version.py): :stamp is the time now.
+_ABOVE_TOMBSTONE = (
+    f"max(:stamp, coalesce((SELECT stamp FROM tombstones WHERE oid = :oid), 0) + {STEP})"
+)
+UPSERT_OBJECT = f"""
+INSERT INTO objects
+    (oid, collection, url, gatherer, record, expires, update_time, seq, record_seq, stamp, origin)
+VALUES (:oid, :collection, :url, :gatherer, :record, :expires, :update_time, :seq, :seq,
+        {_ABOVE_TOMBSTONE}, :origin)
 ON CONFLICT (oid) DO UPDATE SET
     collection = excluded.collection, url = excluded.url, gatherer = excluded.gatherer,
     record = excluded.record, expires = excluded.expires, update_time = excluded.update_time,
-    seq = excluded.seq
+    seq = excluded.seq, record_seq = excluded.seq,
+    stamp = max(excluded.stamp, objects.stamp + {STEP}), origin = excluded.origin
 """
-REFRESH_BY_OID = "UPDATE objects SET expires = ? WHERE collection = ? AND oid = ? RETURNING oid"
-REFRESH_BY_URL = "UPDATE objects SET expires = ? WHERE collection = ? AND url = ? RETURNING oid"
+# A replica's object, with the version it was made with: the caller has checked it is newer.
+PUT_REPLICA = """
+INSERT INTO objects
+    (oid, collection, url, gatherer, record, expires, update_time, seq, record_seq, stamp, origin)
+VALUES (:oid, :collection, :url, :gatherer, :record, :expires, :update_time, :seq, :seq,
+        :stamp, :origin)
+ON CONFLICT (oid) DO UPDATE SET
+    collection = excluded.collection, url = excluded.url, gatherer = excluded.gatherer,
+    record = excluded.record, expires = excluded.expires, update_time = excluded.update_time,
+    seq = excluded.seq, record_seq = excluded.seq, stamp = excluded.stamp,
+    origin = excluded.origin
+"""
+OIDS_BY_OID = "SELECT oid FROM objects WHERE collection = ? AND oid = ?"
+OIDS_BY_URL = "SELECT oid FROM objects WHERE collection = ? AND url = ?"
+# A refresh is a change (replicas must extend the object's life too), not of its record.
+REFRESH_OBJECT = f"""
+UPDATE objects SET expires = ?, seq = ?, stamp = max(?, stamp + {STEP}), origin = ?
+ WHERE oid = ?
+"""
 
 # Every removal returns what its tombstone needs.
-_GONE = " RETURNING oid, url, gatherer, collection"
+_GONE = " RETURNING oid, url, gatherer, collection, stamp, origin, expires"
 DELETE_BY_OID = "DELETE FROM objects WHERE collection = ? AND oid = ?" + _GONE
 DELETE_BY_URL = "DELETE FROM objects WHERE collection = ? AND url = ?" + _GONE
 # A complete pull: what the collection held before it (seq at most the last one given when
@@ -160,9 +214,11 @@ DELETE_UNSEEN = (
 )
 DELETE_EXPIRED = "DELETE FROM objects WHERE expires <= ?" + _GONE
 DELETE_COLLECTION = "DELETE FROM objects WHERE collection = ?" + _GONE
+DELETE_OBJECT = "DELETE FROM objects WHERE oid = ?"
 BURY = (
-    "INSERT OR REPLACE INTO tombstones (oid, url, gatherer, collection, seq, removed_at)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT OR REPLACE INTO tombstones"
+    " (oid, url, gatherer, collection, seq, removed_at, stamp, origin)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # Tombstones past the retention, but never one the index has yet to apply.
 DROP_TOMBSTONES = "DELETE FROM tombstones WHERE removed_at < ? AND seq <= ? RETURNING seq"
@@ -184,8 +240,10 @@ OBJECT_BY_OID = _OBJECT + " WHERE o.oid = ?"
 OBJECTS_BY_OIDS = _OBJECT + " WHERE o.oid IN (SELECT value FROM json_each(?))"
 OBJECTS_BY_URL = _OBJECT + " WHERE o.url = ? ORDER BY o.collection, o.gatherer"
 # SQLite merges the two seq-ordered index scans, so a page of changes reads only that page.
+# An object whose record did not change after :after (it was refreshed) is a 'refresh'.
 CHANGES = """
-SELECT o.seq, o.oid, 'upsert', o.collection, o.url, o.gatherer, r.soif
+SELECT o.seq, o.oid, iif(o.record_seq > :after, 'upsert', 'refresh'), o.collection, o.url,
+       o.gatherer, r.soif
   FROM objects o JOIN records r ON r.id = o.record
  WHERE o.seq > :after
 UNION ALL
@@ -206,6 +264,39 @@ SELECT c.name, c.cursor, c.last_pull,
 """
 CURSOR = "SELECT cursor FROM collections WHERE name = ?"
 
+# -- replicas -----------------------------------------------------------------------------
+
+# (seq, oid, stamp, origin, deleted) of one collection's changes after :after.
+REPLICA_CHANGES = """
+SELECT seq, oid, stamp, origin, 0 FROM objects WHERE collection = :collection AND seq > :after
+UNION ALL
+SELECT seq, oid, stamp, origin, 1 FROM tombstones WHERE collection = :collection AND seq > :after
+ORDER BY 1
+LIMIT :limit
+"""
+# (oid, stamp, origin, deleted) of the oids in a JSON array that are held or buried.
+VERSIONS = """
+SELECT oid, stamp, origin, 0 FROM objects WHERE oid IN (SELECT value FROM json_each(:oids))
+UNION ALL
+SELECT oid, stamp, origin, 1 FROM tombstones WHERE oid IN (SELECT value FROM json_each(:oids))
+"""
+# (oid, stamp, origin, deleted) of everything of a collection, for Merkle digests.
+COLLECTION_VERSIONS = """
+SELECT oid, stamp, origin, 0 FROM objects WHERE collection = :collection
+UNION ALL
+SELECT oid, stamp, origin, 1 FROM tombstones WHERE collection = :collection
+"""
+# The whole state of the oids in a JSON array: (oid, collection, url, gatherer, expires,
+# stamp, origin, record), record NULL for a tombstone.
+ENTRIES = """
+SELECT o.oid, o.collection, o.url, o.gatherer, o.expires, o.stamp, o.origin, r.soif
+  FROM objects o JOIN records r ON r.id = o.record
+ WHERE o.oid IN (SELECT value FROM json_each(:oids))
+UNION ALL
+SELECT oid, collection, url, gatherer, 0, stamp, origin, NULL
+  FROM tombstones WHERE oid IN (SELECT value FROM json_each(:oids))
+"""
+
 
 def connect(path: Path) -> sqlite3.Connection:
     """Open ``path`` in autocommit mode (transactions are explicit), creating the schema.
@@ -214,7 +305,7 @@ def connect(path: Path) -> sqlite3.Connection:
         path, pragmas=(f"journal_size_limit = {JOURNAL_SIZE_LIMIT}", f"cache_size = -{CACHE_KIB}")
     )
     try:
-        sqlite.migrate(conn, _TABLES, VERSION, _unreadable)
+        sqlite.migrate(conn, _TABLES, VERSION, _unreadable, _UPGRADES)
     except BaseException:
         conn.close()
         raise

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -48,18 +48,25 @@ def migrate(
     statements: Sequence[str],
     version: int,
     unreadable: Callable[[int], Exception],
+    upgrades: Mapping[int, Sequence[str]] | None = None,
 ) -> None:
-    """Create the schema (``statements``, then ``user_version = version``) in a new file;
-    raise ``unreadable(found)`` for a file of another version. One transaction."""
+    """Create the schema (``statements``, then ``user_version = version``) in a new file, or
+    bring an older file up to ``version`` (``upgrades[n]`` takes version n to n + 1); raise
+    ``unreadable(found)`` for a file this code cannot read. One transaction."""
+    steps = upgrades or {}
     conn.execute("BEGIN IMMEDIATE")
     try:
         (found,) = conn.execute("PRAGMA user_version").fetchone()
         if found == 0:
             for statement in statements:
                 conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {version}")
-        elif found != version:
+        elif found > version or any(n not in steps for n in range(found, version)):
             raise unreadable(found)
+        else:
+            for n in range(found, version):
+                for statement in steps[n]:
+                    conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {version}")
     except BaseException:
         conn.execute("ROLLBACK")
         raise

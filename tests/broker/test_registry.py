@@ -203,9 +203,14 @@ async def test_refresh_extends_the_expiry_of_the_collections_objects_with_that_u
         assert got.record == rec(
             "http://a/", stamp=STAMP_H if key == gid("http://a/", H) else STAMP_G
         )
-    # Not this collection's: untouched. A refresh takes no seq.
+    # Not this collection's: untouched. Each refresh is a change, of the expiry only.
     assert (await stored(registry, gid("http://a/", "O@:"))).expires == NOW + DEFAULT_TTL
-    assert await registry.last_seq() == before
+    assert await registry.last_seq() == before + 2
+    changes = await registry.changes_since(before, 10)
+    assert sorted((c.kind, c.oid) for c in changes) == sorted(
+        [("refresh", gid("http://a/")), ("refresh", gid("http://a/", H))]
+    )
+    assert all(c.record is not None and c.record.url == "http://a/" for c in changes)
 
 
 async def test_a_refresh_carrying_gatherer_attributes_touches_that_object_only(

@@ -1,0 +1,54 @@
+"""The replicator's errors. ReplicatorError is the root; every error the package raises is one."""
+
+from __future__ import annotations
+
+
+class ReplicatorError(Exception):
+    """Base of every replicator error."""
+
+
+class MerkleError(ReplicatorError):
+    """Anti-entropy input is malformed or inconsistent: a bad wire encoding, a remote tree of
+    another shape, an answer that does not match the question, or misuse of a digest."""
+
+
+class TopologyError(ReplicatorError):
+    """Invalid topology parameters or link costs (negative, NaN, infinite), or a malformed
+    topology received from another member."""
+
+
+class WireError(ReplicatorError):
+    """Replication data that is malformed, truncated or corrupted."""
+
+
+class MembershipError(ReplicatorError):
+    """A malformed membership message (missing key, wrong type, unknown state or message type)
+    or an invalid membership configuration."""
+
+
+class AuthError(ReplicatorError):
+    """A request or answer that is not signed with the group's secret, or too old."""
+
+
+class ConfigError(ReplicatorError):
+    """The configuration is invalid; ``problems`` lists each bad key with the reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+class PeerError(ReplicatorError):
+    """A request to another member (or the local broker) failed; ``kind`` is one of a small
+    fixed set (it labels metrics): ``connect``, ``timeout``, ``status``, ``auth``,
+    ``protocol``."""
+
+    def __init__(self, target: str, kind: str, reason: str) -> None:
+        self.target = target
+        self.kind = kind
+        self.reason = reason
+        super().__init__(f"{target}: {kind}: {reason}")
+
+
+class StateError(ReplicatorError):
+    """The member's saved state cannot be read or written."""

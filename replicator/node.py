@@ -1,0 +1,122 @@
+"""A running member: its HTTP session and server, its groups and their long-lived loops.
+
+``async with await Node.start(config) as node`` (or ``await node.stop()``). Every loop and
+every message in flight is an owned task, cancelled when the node stops; the state (where
+it left off with each member) is saved after each pull and once more when it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import AsyncExitStack
+from types import TracebackType
+
+import aiohttp
+from aiohttp import web
+
+from harvest_cache.config import Address
+from harvest_cache.server.tasks import TaskSet
+from replicator.client import BrokerClient, PeerClient
+from replicator.config import Config
+from replicator.group import Group
+from replicator.links import Links
+from replicator.metrics import ReplicatorMetrics
+from replicator.server import make_app
+from replicator.state import State
+
+log = logging.getLogger("replicator")
+
+
+class Node:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.secret = config.replicator.secret.encode()
+        self.metrics = ReplicatorMetrics()
+        self.started = time.time()
+        self.groups: dict[str, Group] = {}
+        self.address: tuple[str, int] = ("", 0)
+        self.broker: BrokerClient
+        self._tasks = TaskSet()
+        self._stack = AsyncExitStack()
+        self._state: State
+
+    def __repr__(self) -> str:
+        return f"Node({self.config.member!r}, groups {sorted(self.groups)})"
+
+    @classmethod
+    async def start(cls, config: Config) -> Node:
+        node = cls(config)
+        try:
+            await node._open()
+        except BaseException:
+            await node._stack.aclose()
+            raise
+        return node
+
+    async def __aenter__(self) -> Node:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def stop(self) -> None:
+        await self._stack.aclose()
+
+    async def _open(self) -> None:
+        config = self.config
+        stack = self._stack
+        self._state = await State.load(config.replicator.data_dir)
+        timeout = config.timing.request_timeout
+        session = await stack.enter_async_context(
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
+        )
+        self.broker = BrokerClient(
+            session, config.replicator.broker, config.replicator.broker_token, timeout
+        )
+        peers = PeerClient(session, config.member, self.secret, timeout)
+        runner = web.AppRunner(make_app(self), access_log=None)
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        listen = config.replicator.listen
+        site = web.TCPSite(runner, listen.host, listen.port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        self.address = (str(host), int(port))
+        # Listening on port 0 (tests), the others reach this member at the port it got.
+        advertised = config.replicator.advertise or Address(listen.host, self.address[1])
+        links = Links()
+        for settings in config.groups:
+            self.groups[settings.collection] = Group(
+                config,
+                settings,
+                peers=peers,
+                broker=self.broker,
+                links=links,
+                metrics=self.metrics,
+                tasks=self._tasks,
+                saved=self._state,
+                advertised=str(advertised),
+            )
+        # Last in, first out: the loops end before the server and the session close.
+        stack.push_async_callback(self._state.save)
+        stack.push_async_callback(self._tasks.cancel)
+        for group in self.groups.values():
+            for loop in (
+                group.run_membership,
+                group.run_measurements,
+                group.run_local_changes,
+                group.run_anti_entropy,
+            ):
+                self._tasks.spawn(loop(), name=f"{group.name}: {loop.__name__}")
+        log.info("replicator %s listening on %s:%d", config.member, *self.address)
+
+    async def serve_forever(self) -> None:
+        """Run until cancelled (the CLI's main loop)."""
+        await asyncio.Event().wait()
