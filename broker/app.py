@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 from aiohttp import web
 
@@ -28,8 +29,14 @@ from broker.registry import Registry
 from broker.scheduler import Scheduler
 from broker.search import Searcher
 from broker.sync import IndexSync, Reconciled
+from harvest_cache.server.tasks import TaskSet
 
 log = logging.getLogger(__name__)
+
+# A background index catch-up waits until no change came for CATCH_UP_DELAY seconds, or
+# CATCH_UP_MAX seconds at most.
+CATCH_UP_DELAY = 0.5
+CATCH_UP_MAX = 5.0
 
 REGISTRY_FILE = "registry.db"
 INDEX_DIR = "index"
@@ -50,6 +57,7 @@ class ChangeSignal:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self.closed = False
 
     def current(self) -> asyncio.Event:
         return self._event
@@ -57,6 +65,12 @@ class ChangeSignal:
     def notify(self) -> None:
         self._event.set()
         self._event = asyncio.Event()
+
+    def close(self) -> None:
+        """Wake every waiter for good: the broker is stopping (a long poll must not hold its
+        web server open until the poll's end)."""
+        self.closed = True
+        self.notify()
 
 
 class Broker:
@@ -75,6 +89,9 @@ class Broker:
         self.address: tuple[str, int] = ("", 0)
         self._changes = asyncio.Lock()  # one writer of the index at a time
         self.changed = ChangeSignal()
+        self._background = TaskSet()
+        self._catching_up: asyncio.Task[Any] | None = None
+        self._catch_up_again = False
         # Garbage collections run (periodic and asked for), failed, and when the last ended.
         self.gc_runs = 0
         self.gc_failures = 0
@@ -108,6 +125,7 @@ class Broker:
         await self.stop()
 
     async def stop(self) -> None:
+        self.changed.close()
         await self._stack.aclose()
 
     async def _open(self) -> None:
@@ -132,6 +150,7 @@ class Broker:
         await site.start()
         host, port = runner.addresses[0][:2]
         self.address = (str(host), int(port))
+        stack.push_async_callback(self._background.cancel)
         collector = await stack.enter_async_context(Collector(self.config.broker, self.registry))
         self.scheduler = await stack.enter_async_context(
             Scheduler(collector, self.config.collections, self._pulled)
@@ -150,6 +169,34 @@ class Broker:
                 return await self.sync.catch_up()
             finally:
                 self.changed.notify()
+
+    def catch_up_soon(self) -> None:
+        """Bring the index up to the registry in the background, once for any number of
+        calls made meanwhile: a replica applies batch after batch without waiting for the
+        index to commit each."""
+        if self._catching_up is not None and not self._catching_up.done():
+            self._catch_up_again = True
+            return
+        self._catching_up = self._background.spawn(self._catch_up_while_asked(), "index catch-up")
+
+    async def _catch_up_while_asked(self) -> None:
+        while True:
+            # Batches that keep arriving are indexed together once they pause (or after
+            # CATCH_UP_MAX): one index commit for many, each a segment flush, and a replica's
+            # repair does not share the CPU with the index while it runs.
+            waited = 0.0
+            self._catch_up_again = True
+            while self._catch_up_again and waited < CATCH_UP_MAX:
+                self._catch_up_again = False
+                await asyncio.sleep(CATCH_UP_DELAY)
+                waited += CATCH_UP_DELAY
+            self._catch_up_again = False
+            try:
+                await self.catch_up()
+            except BrokerError as error:
+                log.error("index catch-up failed (the next change retries): %s", error)
+            if not self._catch_up_again:
+                return
 
     async def collect_garbage(self) -> Reconciled:
         """Remove expired objects and make the index match the registry."""

@@ -33,7 +33,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from aiohttp import web
 
@@ -52,26 +52,51 @@ MAX_OIDS: Final = 10_000  # per entries request
 MAX_WAIT: Final = 60.0
 MAX_TRANSFER: Final = 256 * 1024 * 1024  # compressed bytes of one apply
 MAX_JSON: Final = 16 * 1024 * 1024
+# A snapshot is brought up to date from the changes after it when they are fewer than this,
+# and rebuilt from a full read when it is older than REBUILD seconds.
+INCREMENTAL: Final = 50_000
+REBUILD: Final = 300.0
+
+T = TypeVar("T")
 
 Authorize = Callable[[web.Request], None]
 
 
 @dataclass(slots=True)
 class _Snapshot:
-    """A collection's Merkle digests and bucket contents as of change ``seq``."""
+    """A collection's Merkle digests and bucket contents as of change ``seq``, kept up to
+    date by the changes after it (hashing only what changed) and rebuilt from a full read
+    now and then (which also drops what left the collection without a change of its own:
+    a tombstone past its retention, an object another collection took over)."""
 
     seq: int
-    digests: BucketDigests
-    buckets: dict[int, list[tuple[str, Version]]] = field(default_factory=dict)
+    built: float  # monotonic time of the last full read
+    digests: BucketDigests = field(default_factory=lambda: BucketDigests(BUCKET_BITS_DEFAULT))
+    buckets: dict[int, dict[str, Version]] = field(default_factory=dict)
+
+    def put(self, oid: str, version: Version) -> None:
+        held = self.buckets.setdefault(bucket_of(oid, self.digests.bits), {})
+        old = held.get(oid)
+        self.digests.replace(oid, None if old is None else old.encode(), version.encode())
+        held[oid] = version
 
 
-def _snapshot(seq: int, versions: Sequence[tuple[str, Version]]) -> _Snapshot:
-    digests = BucketDigests(BUCKET_BITS_DEFAULT)
-    snapshot = _Snapshot(seq, digests)
+def _snapshot(seq: int, versions: Sequence[tuple[str, Version]], now: float) -> _Snapshot:
+    snapshot = _Snapshot(seq, now)
     for oid, version in versions:
-        digests.add(oid, version.encode())
-        snapshot.buckets.setdefault(bucket_of(oid, BUCKET_BITS_DEFAULT), []).append((oid, version))
+        snapshot.put(oid, version)
     return snapshot
+
+
+def _update(snapshot: _Snapshot, seq: int, changes: Sequence[tuple[int, str, Version]]) -> None:
+    for _, oid, version in changes:
+        snapshot.put(oid, version)
+    snapshot.seq = seq
+
+
+def _leaves(snapshot: _Snapshot) -> bytes:
+    digests = snapshot.digests
+    return b"".join(digests.leaf(bucket) for bucket in range(1 << digests.bits))
 
 
 class BadReplicaRequest(ReplicaError):
@@ -101,7 +126,7 @@ class ReplicaService:
             last = await registry.last_seq()
             found = await registry.replica_changes(collection, after, limit)
             remaining = deadline - time.monotonic()
-            if found or remaining <= 0 or limit == 0:
+            if found or remaining <= 0 or limit == 0 or self._broker.changed.closed:
                 break
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
@@ -155,7 +180,10 @@ class ReplicaService:
             raise BadReplicaRequest(f"transfer refused: {error}") from None
         applied = await self._broker.registry.apply_replica(collection, entries, now=time.time())
         if applied.upserted or applied.removed:
-            await self._broker.catch_up()
+            # The registry is the truth: its changes are announced now, and the index
+            # follows in the background (the next batch need not wait for its commit).
+            self._broker.changed.notify()
+            self._broker.catch_up_soon()
         return web.json_response(
             {
                 "upserted": len(applied.upserted),
@@ -165,37 +193,48 @@ class ReplicaService:
             }
         )
 
-    async def _current(self, collection: str) -> _Snapshot:
+    async def _read(self, collection: str, read: Callable[[_Snapshot], T]) -> tuple[int, T]:
+        """``read`` of the collection's snapshot, brought up to date first; both on a worker
+        thread, under the collection's lock (no read sees one half updated)."""
         lock = self._computing.setdefault(collection, asyncio.Lock())
         async with lock:
             registry = self._broker.registry
             seq = await registry.last_seq()
             snapshot = self._snapshots.get(collection)
+            now = time.monotonic()
+            if snapshot is not None and snapshot.seq != seq and now - snapshot.built < REBUILD:
+                changes = await registry.replica_changes(collection, snapshot.seq, INCREMENTAL)
+                if len(changes) < INCREMENTAL:
+                    await asyncio.to_thread(_update, snapshot, seq, changes)
             if snapshot is None or snapshot.seq != seq:
                 versions = await registry.collection_versions(collection)
-                snapshot = await asyncio.to_thread(_snapshot, seq, versions)
+                snapshot = await asyncio.to_thread(_snapshot, seq, versions, now)
                 self._snapshots[collection] = snapshot
-            return snapshot
+            return snapshot.seq, await asyncio.to_thread(read, snapshot)
 
     async def leaves(self, request: web.Request) -> web.Response:
-        snapshot = await self._current(self._collection(request))
-        digests = snapshot.digests
-        body = b"".join(digests.leaf(bucket) for bucket in range(1 << digests.bits))
-        headers = {"X-Harvest-Bucket-Bits": str(digests.bits), "X-Harvest-Seq": str(snapshot.seq)}
+        seq, body = await self._read(self._collection(request), _leaves)
+        headers = {"X-Harvest-Bucket-Bits": str(BUCKET_BITS_DEFAULT), "X-Harvest-Seq": str(seq)}
         return web.Response(body=body, content_type="application/octet-stream", headers=headers)
 
     async def buckets(self, request: web.Request) -> web.Response:
-        snapshot = await self._current(self._collection(request))
-        top = 1 << snapshot.digests.bits
+        collection = self._collection(request)
+        top = 1 << BUCKET_BITS_DEFAULT
         try:
             asked = [int(part) for part in request.query.get("b", "").split(",") if part]
         except ValueError:
             raise BadReplicaRequest("b: comma-separated bucket numbers") from None
         if any(not 0 <= b < top for b in asked):
             raise BadReplicaRequest(f"b: bucket numbers are 0..{top - 1}")
-        found = [
-            [oid, version.to_json()] for b in asked for oid, version in snapshot.buckets.get(b, ())
-        ]
+
+        def listed(snapshot: _Snapshot) -> list[list[Any]]:
+            return [
+                [oid, version.to_json()]
+                for b in asked
+                for oid, version in snapshot.buckets.get(b, {}).items()
+            ]
+
+        _, found = await self._read(collection, listed)
         return web.json_response({"entries": found})
 
 

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from replicator.errors import TopologyError, WireError
-from replicator.topology import Topology, TopologyParams, changed_enough, compute
+from replicator.topology import (
+    Topology,
+    TopologyParams,
+    changed_enough,
+    compute,
+    objective,
+    recosted,
+)
 
 _ROW_KEYS = frozenset({"member", "version", "public_url", "costs"})
 
@@ -29,6 +36,10 @@ _ROW_KEYS = frozenset({"member", "version", "public_url", "costs"})
 # Link costs that move by less than this (seconds) have not changed: loopback and LAN
 # measurements jitter by a millisecond or two from one probe to the next.
 NOISE = 0.005
+# A topology computed from new costs replaces the agreed one only when it is this much better
+# (its objective this fraction of the agreed one's under the same costs, or less): links that
+# jitter around equal costs would otherwise make the group switch topologies all the time.
+GAIN = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,20 +175,30 @@ class Coordination:
 
     def decide(self, usable: Collection[str]) -> Agreed | None:
         """A new topology to adopt and send to every member, if this member coordinates and
-        the one agreed no longer fits; else None."""
+        the one agreed no longer fits (members changed, links were measured for the first
+        time or went unmeasured, or one computed from costs that moved is clearly better);
+        else None."""
         if self.coordinator(usable) != self.me:
             return None
         costs = self.costs(usable)
         agreed = self.agreed
-        if (
+        fits = (
             agreed is not None
             and set(agreed.topology.members) == set(usable)
-            and self._basis is not None
-            and not changed_enough(self._basis, costs, self.threshold, NOISE)
-        ):
+            and agreed.epoch > self._floor
+        )
+        basis = self._basis
+        if fits and basis is not None and not changed_enough(basis, costs, self.threshold, NOISE):
             return None
         topology = compute(usable, costs, self.params)
         self._basis = costs
+        same_links = basis is None or basis.keys() == costs.keys()
+        if fits and same_links:
+            assert agreed is not None
+            now = objective(recosted(agreed.topology, costs, self.params), self.params)
+            if objective(topology, self.params) > GAIN * now:
+                # Not enough better to be worth every member switching: keep the agreed one.
+                return None
         made = Agreed(max(agreed.epoch if agreed else 0, self._floor) + 1, self.me, topology)
         self.agreed = made
         return made

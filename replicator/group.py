@@ -42,8 +42,10 @@ from replicator.wire import ChangeList
 
 log = logging.getLogger("replicator")
 
-# Buckets asked for in one request of an anti-entropy round.
-BUCKETS_PER_REQUEST = 256
+# Buckets asked for in one request of an anti-entropy round, and (oid, version) pairs asked
+# about in one request to the local broker (its limit).
+BUCKETS_PER_REQUEST = 1024
+WANTED_PER_REQUEST = 10_000
 # A member that has heard from nobody asks its seeds again this often.
 JOIN_RETRY = 2.0
 # Longest wait before retrying a pull from a member that failed.
@@ -118,6 +120,8 @@ class Group:
         self._behind: dict[str, _Behind] = {}
         self._reschedule = asyncio.Event()
         self._tree: tuple[int, MerkleTree] | None = None
+        # Objects being fetched now, each with what completes when its transfer ends.
+        self._inflight: dict[str, asyncio.Future[None]] = {}
         self._rotation = 0
         self.offer_own_row()
 
@@ -390,8 +394,7 @@ class Group:
                 continue
             offered = [(c.oid, c.version) for c in listed.changes if c.seq > cursor]
             if offered:
-                wanted = await self._broker.wanted(self.name, offered)
-                await self._fetch(member, address, wanted, "push")
+                await self._pull_newer(member, address, offered, "push")
             self.cursors[member] = max(cursor, listed.upto)
             behind = self._behind.setdefault(member, _Behind())
             behind.last_seq = max(behind.last_seq, listed.last_seq)
@@ -401,20 +404,40 @@ class Group:
                 return
 
     async def _fetch(self, member: str, address: str, oids: Sequence[str], kind: str) -> None:
-        """Move ``oids`` from ``member`` to the local broker, a batch per request."""
+        """Move ``oids`` from ``member`` to the local broker, a batch per request; the next
+        batch downloads while the last one is applied."""
         batch = self._timing.batch
-        for start in range(0, len(oids), batch):
-            chunk = list(oids[start : start + batch])
-            packed = await self._peers.request(
-                address,
-                "POST",
-                self.path("entries"),
-                body=_json_bytes({"oids": chunk}),
-            )
-            self._metrics.bytes_received.labels(self.name, kind).inc(len(packed))
-            applied = await self._broker.apply(self.name, packed)
-            moved = applied.get("upserted", 0) + applied.get("removed", 0)
-            self._metrics.objects_applied.labels(self.name, kind).inc(moved)
+        applying: asyncio.Task[None] | None = None
+        arrived: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for oid in oids:
+            self._inflight[oid] = arrived
+        try:
+            for start in range(0, len(oids), batch):
+                packed = await self._peers.request(
+                    address,
+                    "POST",
+                    self.path("entries"),
+                    body=_json_bytes({"oids": list(oids[start : start + batch])}),
+                )
+                self._metrics.bytes_received.labels(self.name, kind).inc(len(packed))
+                if applying is not None:
+                    await applying
+                applying = asyncio.ensure_future(self._apply(packed, kind))
+            if applying is not None:
+                await applying
+        finally:
+            if applying is not None and not applying.done():
+                applying.cancel()
+                await asyncio.gather(applying, return_exceptions=True)
+            for oid in oids:
+                if self._inflight.get(oid) is arrived:
+                    del self._inflight[oid]
+            arrived.set_result(None)
+
+    async def _apply(self, packed: bytes, kind: str) -> None:
+        applied = await self._broker.apply(self.name, packed)
+        moved = applied.get("upserted", 0) + applied.get("removed", 0)
+        self._metrics.objects_applied.labels(self.name, kind).inc(moved)
 
     async def _save(self) -> None:
         try:
@@ -441,7 +464,12 @@ class Group:
 
     async def run_anti_entropy(self) -> None:
         interval = self._timing.anti_entropy_interval
-        await asyncio.sleep(random.uniform(0.5 * interval, interval))
+        # A member that starts (or comes back) compares as soon as it has a neighbour: what
+        # it missed while away is repaired now, not an interval later.
+        waited = 0.0
+        while not self.coordination.neighbours(self.usable()) and waited < interval:
+            await asyncio.sleep(JOIN_RETRY / 4)
+            waited += JOIN_RETRY / 4
         while True:
             neighbours = self.coordination.neighbours(self.usable())
             if neighbours:
@@ -456,19 +484,25 @@ class Group:
         address = self.address_of(member)
         if address is None:
             return -1
+        started = time.monotonic()
         try:
             differing = await self._compare(address)
+            if differing:
+                log.info("%s: %d buckets differ from %s's", self.name, len(differing), member)
             for start in range(0, len(differing), BUCKETS_PER_REQUEST):
                 chunk = differing[start : start + BUCKETS_PER_REQUEST]
                 query = ",".join(str(b) for b in chunk)
                 answer = await self._peers.get_json(address, self.path(f"buckets?b={query}"))
                 entries = parse_bucket_entries(answer, address)
-                await self._pull_newer(member, address, entries)
+                await self._pull_newer(member, address, entries, "anti_entropy")
         except PeerError as error:
             self._error(error)
             self._metrics.anti_entropy_rounds.labels(self.name, "failed").inc()
             log.info("%s: anti-entropy with %s failed: %s", self.name, member, error)
             return -1
+        if differing:
+            took = time.monotonic() - started
+            log.info("%s: anti-entropy with %s done in %.2f s", self.name, member, took)
         outcome = "repaired" if differing else "equal"
         self._metrics.anti_entropy_rounds.labels(self.name, outcome).inc()
         self._metrics.anti_entropy_buckets.labels(self.name).inc(len(differing))
@@ -493,12 +527,22 @@ class Group:
         return comparison.differing_buckets
 
     async def _pull_newer(
-        self, member: str, address: str, entries: Sequence[tuple[str, Version]]
+        self, member: str, address: str, entries: Sequence[tuple[str, Version]], kind: str
     ) -> None:
-        batch = self._timing.batch
-        for start in range(0, len(entries), batch):
-            wanted = await self._broker.wanted(self.name, entries[start : start + batch])
-            await self._fetch(member, address, wanted, "anti_entropy")
+        """Fetch from ``member`` those of ``entries`` that it holds newer than this one."""
+        wanted: list[str] = []
+        for start in range(0, len(entries), WANTED_PER_REQUEST):
+            offered = entries[start : start + WANTED_PER_REQUEST]
+            wanted += await self._broker.wanted(self.name, offered)
+        # An object another neighbour is sending already is not asked for twice: wait for
+        # that transfer, then ask again for what it did not bring.
+        busy = {oid: self._inflight[oid] for oid in wanted if oid in self._inflight}
+        await self._fetch(member, address, [oid for oid in wanted if oid not in busy], kind)
+        if busy:
+            await asyncio.gather(*set(busy.values()), return_exceptions=True)
+            versions = dict(entries)
+            again = await self._broker.wanted(self.name, [(o, versions[o]) for o in busy])
+            await self._fetch(member, address, again, kind)
 
     # -- status -----------------------------------------------------------------------------
 

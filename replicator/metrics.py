@@ -9,6 +9,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 MEMBER_STATES = ("alive", "suspect", "dead", "left")
 TRANSFER_KINDS = ("push", "anti_entropy")  # why objects moved
 PEER_ERRORS = ("connect", "timeout", "status", "auth", "protocol")
+# Signed requests, by the last segment of their path.
+REQUEST_KINDS = frozenset(
+    {"membership", "notify", "changes", "entries", "tree", "buckets", "costs", "topology", "probe"}
+)
 
 
 class ReplicatorMetrics:
@@ -42,6 +46,12 @@ class ReplicatorMetrics:
             "harvest_replicator_received_bytes_total",
             "Bytes of objects received from other members, by why they moved.",
             ["group", "kind"],
+            registry=r,
+        )
+        self.request_bytes = Counter(
+            "harvest_replicator_request_bytes_total",
+            "Bytes of signed requests received from other members, by request kind.",
+            ["kind"],
             registry=r,
         )
         self.objects_applied = Counter(

@@ -44,6 +44,7 @@ from replicator.client import TRANSFER_TYPE
 from replicator.coordination import Agreed, CostRow
 from replicator.errors import AuthError, PeerError, ReplicatorError
 from replicator.merkle import decode_ask
+from replicator.metrics import REQUEST_KINDS
 from replicator.wire import ChangeList
 
 if TYPE_CHECKING:
@@ -275,6 +276,9 @@ def make_app(node: Node) -> web.Application:
             return web.json_response({"error": str(error)}, status=401)
         request["member"] = member
         request["body"] = body
+        kind = request.path.rsplit("/", 1)[-1]
+        if kind in REQUEST_KINDS:  # a bounded label set: never a path from the request
+            metrics.request_bytes.labels(kind).inc(len(body) + len(request.raw_path))
         response = await handler(request)
         if isinstance(response, web.Response):
             payload = response.body if isinstance(response.body, bytes) else b""

@@ -209,6 +209,22 @@ def compute(
     return _finish(ordered, weighted)
 
 
+def recosted(
+    topology: Topology, costs: Mapping[tuple[str, str], float], params: TopologyParams | None = None
+) -> Topology:
+    """``topology``'s edges with the costs ``costs`` gives them now (for judging whether a new
+    computation is worth switching to)."""
+    missing = (params or TopologyParams()).missing_cost
+    index = {m: i for i, m in enumerate(topology.members)}
+    weighted = {(index[a], index[b]): link_cost(costs, a, b, missing) for a, b in topology.edges}
+    return _finish(topology.members, weighted)
+
+
+def objective(topology: Topology, params: TopologyParams | None = None) -> float:
+    """What ``compute`` minimises: total cost plus the weighted diameter."""
+    return topology.total_cost + (params or TopologyParams()).diameter_weight * topology.diameter
+
+
 def vertex_connectivity(members: Sequence[str], edges: Iterable[tuple[str, str]]) -> int:
     """The fewest members whose removal disconnects the rest (n - 1 for a complete graph,
     0 for a disconnected one or fewer than two members), by max-flow with vertex splitting."""

@@ -14,9 +14,12 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.config import load as load_broker
 from gatherer.config import RootNode
 from gatherer.config import load as load_gatherer
 from harvest_cache.cli import main
+from replicator.cli import main as replicator_main
+from replicator.config import load as load_replicator
 from tests.support import MakeCache, Origin, free_port, proxy_client, static
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -80,6 +83,33 @@ def test_example_gatherer_configuration_is_valid() -> None:
         "http://www.example.edu/",
         "ftp://ftp.example.edu/pub/docs/",
     ]
+
+
+def test_the_mirror_examples_are_valid_and_agree() -> None:
+    mirrors = DEPLOY / "examples" / "mirrors"
+    assert sorted(p.name for p in mirrors.glob("*.toml")) == [
+        "broker-a.toml",
+        "broker-b.toml",
+        "replicator-a.toml",
+        "replicator-b.toml",
+    ]
+    for side, other in (("a", "b"), ("b", "a")):
+        broker = load_broker(mirrors / f"broker-{side}.toml")
+        path = mirrors / f"replicator-{side}.toml"
+        assert replicator_main(["check-config", str(path)]) == 0
+        replicator = load_replicator(path)
+        # The replicator is its broker's member, holds its admin token, and reaches it.
+        assert replicator.member == broker.broker.member == f"mirror-{side}"
+        assert replicator.replicator.broker_token == broker.broker.admin_token
+        assert replicator.replicator.broker == f"http://127.0.0.1:{broker.broker.listen.port}"
+        assert [g.collection for g in replicator.groups] == ["hsr", "cs-papers"]
+        for group in replicator.groups:
+            assert [str(seed) for seed in group.seeds] == [f"mirror-{other}.example.org:8502"]
+    secrets = {load_replicator(mirrors / f"replicator-{s}.toml").replicator.secret for s in "ab"}
+    assert len(secrets) == 1  # the groups' shared secret
+    # A collects cs-papers from its gatherer; B only mirrors it.
+    assert [c.name for c in load_broker(mirrors / "broker-a.toml").collections] == ["cs-papers"]
+    assert load_broker(mirrors / "broker-b.toml").collections == ()
 
 
 def dashboard_metrics() -> set[str]:

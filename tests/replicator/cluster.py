@@ -94,6 +94,7 @@ class Cluster:
     directory: Path
     size: int
     timing: dict[str, float]
+    topology: dict[str, float] = field(default_factory=dict)
     members: list[Member] = field(default_factory=list)
     relays: dict[tuple[int, int], Relay] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
@@ -140,6 +141,7 @@ class Cluster:
         # Every member joins through m0, and m0 through m1 (should it restart).
         seed = 1 if member.index == 0 else 0
         timing = "\n".join(f"{key} = {value}" for key, value in self.timing.items())
+        topology = "\n".join(f"{key} = {value}" for key, value in self.topology.items())
         path = member.directory / "replicator.toml"
         path.write_text(
             "[replicator]\n"
@@ -151,6 +153,7 @@ class Cluster:
             f"data_dir = {_toml(str(member.directory / 'replicator'))}\n"
             f"routes = {{ {routes} }}\n"
             f"[timing]\n{timing}\n"
+            f"[topology]\n{topology}\n"
             "[[groups]]\n"
             f"collection = {_toml(GROUP)}\n"
             f"seeds = [{_toml(self.relays[member.index, seed].address)}]\n"

@@ -26,6 +26,7 @@ class Relay:
     cut: bool = False
     corrupt: bool = False
     corrupted: int = 0  # chunks corrupted so far
+    carried: int = 0  # bytes carried, both directions
     port: int = 0
     _server: asyncio.Server | None = None
     _connections: set[asyncio.StreamWriter] = field(default_factory=set)
@@ -96,6 +97,7 @@ class Relay:
                     middle = len(chunk) // 2
                     chunk = chunk[:middle] + bytes([chunk[middle] ^ 0xFF]) + chunk[middle + 1 :]
                     self.corrupted += 1
+                self.carried += len(chunk)
                 now = time.monotonic()
                 free_at = max(free_at, now) + (len(chunk) / self.rate if self.rate else 0.0)
                 await queue.put((free_at + self.delay, chunk))

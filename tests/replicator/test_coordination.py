@@ -168,36 +168,68 @@ def test_a_member_joining_or_leaving_recomputes() -> None:
     assert epochs == sorted(set(epochs))
 
 
-def test_a_link_appearing_recomputes() -> None:
+def test_a_link_measured_for_the_first_time_is_published_even_with_the_same_edges() -> None:
     coordination = Coordination("a", PARAMS, THRESHOLD)
     coordination.offer_row(_row("a", 1, {"b": 0.05}))
     coordination.offer_row(_row("b", 1, {"a": 0.05}))
     coordination.offer_row(_row("c", 1, {}))
-    assert coordination.decide(set("abc")) is not None
+    first = coordination.decide(set("abc"))
+    assert first is not None
     coordination.offer_row(_row("c", 2, {"a": 0.05}))
     made = coordination.decide(set("abc"))
     assert made is not None
     assert made.epoch == 2
+    assert made.topology.edges == first.topology.edges  # the triangle, now with its costs
+    assert made.topology.total_cost < first.topology.total_cost
 
 
-def test_a_coordinator_recomputes_over_a_topology_it_adopted() -> None:
+def test_a_recomputed_topology_replaces_the_agreed_one_only_when_clearly_better() -> None:
+    members = "abcdef"
+    near = {(x, y): 0.01 for x in members for y in members if x != y}
+    coordination = Coordination("a", PARAMS, THRESHOLD)
+    for n, member in enumerate(members):
+        costs = {peer: near[member, peer] for peer in members if peer != member}
+        coordination.offer_row(_row(member, n + 1, costs))
+    first = coordination.decide(set(members))
+    assert first is not None
+    # Every link of the agreed topology becomes dear: a different one is far better.
+    dear = set(first.topology.edges)
+    for n, member in enumerate(members):
+        costs = {
+            peer: 1.0 if tuple(sorted((member, peer))) in dear else 0.01
+            for peer in members
+            if peer != member
+        }
+        coordination.offer_row(_row(member, 100 + n, costs))
+    second = coordination.decide(set(members))
+    assert second is not None
+    assert second.epoch == first.epoch + 1
+    assert not set(second.topology.edges) <= dear
+    # Costs jitter by 30% (above the threshold) around the same values: the agreed stays.
+    for n, member in enumerate(members):
+        costs = {
+            peer: (1.3 if tuple(sorted((member, peer))) in dear else 0.013)
+            for peer in members
+            if peer != member
+        }
+        coordination.offer_row(_row(member, 200 + n, costs))
+    assert coordination.decide(set(members)) is None
+    assert coordination.agreed == second
+
+
+def test_a_coordinator_keeps_a_topology_it_adopted_while_it_fits() -> None:
     coordination = _coordination("a", "abcd")
-    assert coordination.adopt(_agreed(7, "b"))
-    made = coordination.decide(set("abcd"))  # same members, same costs, but not its own
-    assert made is not None
-    assert made.epoch == 8
-    assert made.coordinator == "a"
+    mine = coordination.decide(set("abcd"))
+    assert mine is not None
+    adopted = Agreed(7, "b", mine.topology)
+    assert coordination.adopt(adopted)
+    # Same members, same costs: computing again gives nothing better, so nothing is sent.
     assert coordination.decide(set("abcd")) is None
-
-
-def test_a_topology_of_an_earlier_incarnation_is_recomputed() -> None:
-    # This member made epoch 1, restarted earlier, and hears of epoch 5 it made before.
-    coordination = _coordination("a", "abcd")
-    assert coordination.decide(set("abcd")) is not None
-    assert coordination.adopt(_agreed(5, "a"))
-    made = coordination.decide(set("abcd"))
-    assert made is not None
-    assert made.epoch == 6
+    assert coordination.agreed == adopted
+    # A member joining is a change every member must see.
+    joined = coordination.decide(set("abcde"))
+    assert joined is not None
+    assert joined.epoch == 8
 
 
 # Adopting ----------------------------------------------------------------------------------

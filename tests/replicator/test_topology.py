@@ -22,6 +22,8 @@ from replicator.topology import (
     changed_enough,
     compute,
     link_cost,
+    objective,
+    recosted,
     vertex_connectivity,
 )
 
@@ -604,3 +606,16 @@ def test_the_floor_does_not_hide_relative_changes_of_dear_links() -> None:
 def test_changed_enough_refuses_a_bad_floor(floor: float) -> None:
     with pytest.raises(TopologyError, match="floor"):
         changed_enough(_OLD, _OLD, 0.25, floor)
+
+
+def test_recosted_keeps_the_edges_and_prices_them_anew() -> None:
+    members = ["a", "b", "c", "d"]
+    cheap = {(x, y): 1.0 for x in members for y in members if x != y}
+    topology = compute(members, cheap, TopologyParams(k=2, iterations=50))
+    dear = {pair: 3.0 for pair in cheap}
+    again = recosted(topology, dear)
+    assert again.edges == topology.edges
+    assert again.total_cost == pytest.approx(3 * topology.total_cost)
+    assert again.diameter == pytest.approx(3 * topology.diameter)
+    params = TopologyParams(diameter_weight=2.0)
+    assert objective(again, params) == pytest.approx(again.total_cost + 2.0 * again.diameter)
