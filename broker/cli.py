@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import html
 import json
 import logging
 import re
 import signal
-import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +53,6 @@ BOLD, PLAIN = "\x1b[1m", "\x1b[0m"
 # otherwise move the cursor or retitle the terminal), except tab and newline.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _MARK = re.compile(r"(</?mark>)")
-WILDCARDS = ("", "0.0.0.0", "::")
 
 
 def _fail(message: str) -> None:
@@ -189,38 +186,21 @@ def _config(path: Path) -> Config:
 
 
 async def _serve(config: Config) -> int:
-    async with await Broker.start(config) as broker, _registered(config, broker):
-        host, port = broker.address
-        where = f"[{host}]" if ":" in host else host
-        print(f"{PROG}: {config.broker.name} listening on http://{where}:{port}/", flush=True)
-        await stop_signal()
-        logging.getLogger(__name__).info("stopping")
+    async with await Broker.start(config) as broker:
+        version = f"{PROG} {await asyncio.to_thread(software_version)}"
+        async with hsr.registered(
+            config.hsr, "broker", config.broker.name, broker.address, version
+        ):
+            await _serving(config, broker)
     return 0
 
 
-@contextlib.asynccontextmanager
-async def _registered(config: Config, broker: Broker) -> AsyncIterator[None]:
-    """Keep the broker registered at its HSR ([hsr] url) while the block runs."""
-    settings = config.hsr
-    if settings.url is None:
-        yield
-        return
+async def _serving(config: Config, broker: Broker) -> None:
     host, port = broker.address
-    if host in WILDCARDS:
-        host = await asyncio.to_thread(socket.getfqdn)
-    record = hsr.server_record(
-        "broker",
-        name=config.broker.name,
-        host=host,
-        port=port,
-        description=settings.description,
-        administrator=settings.administrator,
-        version=f"{PROG} {await asyncio.to_thread(software_version)}",
-        # Two renewal periods: one renewal may fail without the registration lapsing.
-        ttl=2 * settings.renew,
-    )
-    async with hsr.registering(settings.url, lambda: record, settings.renew):
-        yield
+    where = f"[{host}]" if ":" in host else host
+    print(f"{PROG}: {config.broker.name} listening on http://{where}:{port}/", flush=True)
+    await stop_signal()
+    logging.getLogger(__name__).info("stopping")
 
 
 # -- query ----------------------------------------------------------------------------------
@@ -314,7 +294,7 @@ def _collect(args: argparse.Namespace, config: Config | None) -> int:
     url = args.url
     if url is None and config is not None:
         host, port = config.broker.listen
-        host = "127.0.0.1" if host in WILDCARDS else host
+        host = "127.0.0.1" if host in hsr.WILDCARDS else host
         url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     token = args.token or (config.broker.admin_token if config is not None else None)
     return uvloop.run(_collect_online(url or DEFAULT_URL, token, args.names, args.full))

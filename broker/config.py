@@ -111,10 +111,12 @@ class BrokerSettings:
 class HsrSettings:
     url: str | None = setting(
         None,
-        "The Harvest Server Registry (a broker) to register this broker at; none: do not.",
+        "The Harvest Server Registry (a broker) to register this server at; none: do not.",
         optional_url,
     )
-    description: str = setting("", "What this broker indexes, for the registry's record.", str)
+    description: str = setting(
+        "", "What this server holds or serves, for the registry's record.", str
+    )
     administrator: str = setting("", "Who runs it (an address), for the registry's record.", str)
     renew: float = setting(
         DAY,

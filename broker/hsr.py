@@ -37,6 +37,7 @@ import json
 import logging
 import math
 import re
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
+from broker.config import HsrSettings
 from broker.errors import BrokerError, QuerySyntaxError
 from broker.metrics import BrokerMetrics
 from broker.oid import GATHERER_ATTRIBUTES, oid
@@ -382,3 +384,34 @@ async def registering(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+# Addresses a server may listen on that name no host: its registration names its FQDN.
+WILDCARDS = ("", "0.0.0.0", "::")
+
+
+@contextlib.asynccontextmanager
+async def registered(
+    settings: HsrSettings, kind: str, name: str, address: tuple[str, int], version: str
+) -> AsyncIterator[None]:
+    """Keep a running server of ``kind`` registered at the HSR its ``[hsr]`` settings name
+    while the block runs (nothing when they name none). ``address`` is where it listens."""
+    if settings.url is None:
+        yield
+        return
+    host, port = address
+    if host in WILDCARDS:
+        host = await asyncio.to_thread(socket.getfqdn)
+    record = server_record(
+        kind,
+        name=name,
+        host=host,
+        port=port,
+        description=settings.description,
+        administrator=settings.administrator,
+        version=version,
+        # Two renewal periods: one renewal may fail without the registration lapsing.
+        ttl=2 * settings.renew,
+    )
+    async with registering(settings.url, lambda: record, settings.renew):
+        yield

@@ -131,9 +131,12 @@ class ReplicaService:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await signal.wait()
-        listed = wire.ChangeList(
-            collection, after, last, tuple(wire.Change(*change) for change in found)
-        )
+        # A list cut at its limit accounts for its last change; a whole one for every change
+        # up to the last number given (a change made meanwhile may be in it, above that).
+        cut = limit > 0 and len(found) == limit
+        through = found[-1][0] if cut else max(after, last, found[-1][0] if found else 0)
+        changes = tuple(wire.Change(*change) for change in found)
+        listed = wire.ChangeList(collection, after, last, changes, through)
         return web.json_response(listed.to_json())
 
     async def wanted(self, request: web.Request) -> web.Response:

@@ -18,6 +18,7 @@ server and sessions close), with status 0; a second signal takes its default act
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import signal
@@ -28,6 +29,8 @@ from pathlib import Path
 import aiohttp
 import uvloop
 
+from broker import hsr
+from broker.metrics import software_version
 from harvest_cache.stopping import stop_signal
 from replicator.config import Config, load, reference
 from replicator.errors import ConfigError, ReplicatorError
@@ -84,9 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve(config: Config) -> int:
     async with await Node.start(config) as node:
         host, port = node.address
-        print(f"{PROG}: {config.member} listening on http://{host}:{port}/", flush=True)
-        await stop_signal()
-        logging.getLogger(__name__).info("stopping")
+        version = f"{PROG} {await asyncio.to_thread(software_version)}"
+        advertised = config.replicator.advertise or node.address
+        async with hsr.registered(config.hsr, "replicator", config.member, advertised, version):
+            print(f"{PROG}: {config.member} listening on http://{host}:{port}/", flush=True)
+            await stop_signal()
+            logging.getLogger(__name__).info("stopping")
     return 0
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.config import collection_name, source_url
+from broker.config import HsrSettings, collection_name, source_url
 from harvest_cache.config import (
     Address,
     address,
@@ -115,6 +115,11 @@ class TimingSettings:
         "Seconds a suspected member has to refute before it is declared dead.",
         number(0.1, 3600),
     )
+    reconnect_interval: float = setting(
+        10.0,
+        "Seconds between probes of a member held dead (how soon a healed partition is seen).",
+        number(0.1, 3600),
+    )
     measure_interval: float = setting(
         10.0, "Seconds between link measurements to each member.", number(0.1, 86400)
     )
@@ -138,7 +143,7 @@ class TimingSettings:
 @dataclass(frozen=True, slots=True)
 class TopologySettings:
     k: int = setting(
-        2, "Connectivity: members that may fail without splitting the group.", integer(1, 10)
+        2, "Connectivity: members that may fail without splitting the group.", integer(1, 64)
     )
     min_degree: int = setting(
         2, "Fewest neighbours a member has (when there are enough).", integer(1, 64)
@@ -180,6 +185,7 @@ class Config:
     replicator: ReplicatorSettings = field(default_factory=ReplicatorSettings)
     timing: TimingSettings = field(default_factory=TimingSettings)
     topology: TopologySettings = field(default_factory=TopologySettings)
+    hsr: HsrSettings = field(default_factory=HsrSettings)
     groups: tuple[GroupConfig, ...] = ()
 
     @property
@@ -192,6 +198,7 @@ SECTIONS: dict[str, type[Any]] = {
     "replicator": ReplicatorSettings,
     "timing": TimingSettings,
     "topology": TopologySettings,
+    "hsr": HsrSettings,
 }
 REQUIRED = ("secret", "broker_token")
 

@@ -21,6 +21,7 @@ import json
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ from replicator.metrics import ReplicatorMetrics
 from replicator.state import State as SavedState
 from replicator.topology import TopologyParams
 from replicator.version import Version
-from replicator.wire import ChangeList
+from replicator.wire import Change, ChangeList
 
 log = logging.getLogger("replicator")
 
@@ -46,6 +47,9 @@ log = logging.getLogger("replicator")
 # about in one request to the local broker (its limit).
 BUCKETS_PER_REQUEST = 1024
 WANTED_PER_REQUEST = 10_000
+# Objects remembered with the member they came from (those not announced since are forgotten
+# oldest first).
+CAME_FROM_LIMIT = 100_000
 # A member that has heard from nobody asks its seeds again this often.
 JOIN_RETRY = 2.0
 # Longest wait before retrying a pull from a member that failed.
@@ -96,6 +100,7 @@ class Group:
                 probe_interval=timing.probe_interval,
                 probe_timeout=timing.probe_timeout,
                 suspicion_timeout=timing.suspicion_timeout,
+                reconnect_interval=timing.reconnect_interval,
             ),
             seed=random.randrange(2**31),
         )
@@ -122,6 +127,12 @@ class Group:
         self._tree: tuple[int, MerkleTree] | None = None
         # Objects being fetched now, each with what completes when its transfer ends.
         self._inflight: dict[str, asyncio.Future[None]] = {}
+        # Objects applied from a member, by oid: (their version, that member). Announcing
+        # them back to the member they came from would only cost bytes.
+        self._came_from: OrderedDict[str, tuple[Version, str]] = OrderedDict()
+        # Per member, the change number its lists are accounted for up to (the list being
+        # pulled included): a list announced later that starts there needs no extra request.
+        self._horizon: dict[str, int] = {}
         self._rotation = 0
         self.offer_own_row()
 
@@ -318,10 +329,21 @@ class Group:
                 self.local_seq = 0
                 continue
             if listed.changes:
-                self._broadcast(
-                    "notify", listed.to_json(), self.coordination.neighbours(self.usable())
-                )
+                self._announce(listed)
             self.local_seq = listed.upto
+
+    def _announce(self, listed: ChangeList) -> None:
+        came_from = self._came_from
+        for member in self.coordination.neighbours(self.usable()):
+
+            def its_own(change: Change, member: str = member) -> bool:
+                return came_from.get(change.oid) == (change.version, member)
+
+            told = listed.without(its_own)
+            self._spawn(self._post(member, "notify", told.to_json()), f"notify to {member}")
+        for change in listed.changes:
+            if change.oid in came_from and came_from[change.oid][0] == change.version:
+                del came_from[change.oid]
 
     def notified(self, member: str, listed: ChangeList) -> None:
         """``member`` announced changes (the server calls this)."""
@@ -330,7 +352,11 @@ class Group:
             behind.last_seq = listed.last_seq
         if behind.since is None and listed.last_seq > self.cursors.get(member, 0):
             behind.since = time.monotonic()
-        if listed.after <= self.cursors.get(member, 0):
+        pending = self._pending.get(member)
+        joined = None if pending is None else pending.followed_by(listed)
+        if joined is not None:
+            self._pending[member] = joined
+        elif listed.after <= max(self.cursors.get(member, 0), self._horizon.get(member, 0)):
             self._pending[member] = listed
         self._report_lag(member)
         self.wake(member)
@@ -389,6 +415,7 @@ class Group:
             listed = self._pending.pop(member, None)
             if listed is None or listed.after > cursor:
                 listed = await self._peers.changes(address, self.name, cursor, self._timing.batch)
+            self._horizon[member] = listed.upto
             if listed.last_seq < cursor:  # its registry was replaced: start again
                 self.cursors[member] = 0
                 continue
@@ -534,13 +561,18 @@ class Group:
         for start in range(0, len(entries), WANTED_PER_REQUEST):
             offered = entries[start : start + WANTED_PER_REQUEST]
             wanted += await self._broker.wanted(self.name, offered)
+        versions = dict(entries)
+        for oid in wanted:
+            self._came_from[oid] = (versions[oid], member)
+            self._came_from.move_to_end(oid)
+        while len(self._came_from) > CAME_FROM_LIMIT:
+            self._came_from.popitem(last=False)
         # An object another neighbour is sending already is not asked for twice: wait for
         # that transfer, then ask again for what it did not bring.
         busy = {oid: self._inflight[oid] for oid in wanted if oid in self._inflight}
         await self._fetch(member, address, [oid for oid in wanted if oid not in busy], kind)
         if busy:
             await asyncio.gather(*set(busy.values()), return_exceptions=True)
-            versions = dict(entries)
             again = await self._broker.wanted(self.name, [(o, versions[o]) for o in busy])
             await self._fetch(member, address, again, kind)
 

@@ -18,7 +18,7 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,6 +33,7 @@ MAX_UNPACKED: Final = 256 * 1024 * 1024
 _HEADER_KEYS: Final = frozenset(
     {"oid", "collection", "url", "gatherer", "expires", "version", "size"}
 )
+_LIST_KEYS: Final = frozenset({"collection", "after", "last_seq", "through", "changes"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,43 +76,65 @@ class ChangeList:
     after: int
     last_seq: int
     changes: tuple[Change, ...]
+    # The seq the list accounts for everything up to, when some changes were left out of it
+    # (those the receiver sent): by default the last change's, or the end when none.
+    through: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.through is None:
+            end = self.changes[-1].seq if self.changes else self.last_seq
+            derived = max(self.after, end)
+            object.__setattr__(self, "through", derived)
+        elif self.through < self.after or (self.changes and self.through < self.changes[-1].seq):
+            raise WireError(f"a change list through {self.through} ends before its changes")
 
     def __repr__(self) -> str:
         return (
-            f"ChangeList({self.collection!r} after {self.after}: {len(self.changes)} changes,"
-            f" last {self.last_seq})"
+            f"ChangeList({self.collection!r} after {self.after}: {len(self.changes)} changes"
+            f" through {self.upto}, last {self.last_seq})"
         )
 
     @property
     def upto(self) -> int:
         """The seq a reader has seen everything up to after taking this list."""
-        if self.changes:
-            return self.changes[-1].seq
-        return max(self.after, self.last_seq)
+        assert self.through is not None  # set by __post_init__
+        return self.through
 
     @property
     def complete(self) -> bool:
         return self.upto >= self.last_seq
+
+    def without(self, left_out: Callable[[Change], bool]) -> ChangeList:
+        """The same list, accounting for the same seqs, without the changes ``left_out``."""
+        kept = tuple(c for c in self.changes if not left_out(c))
+        return ChangeList(self.collection, self.after, self.last_seq, kept, self.upto)
+
+    def followed_by(self, later: ChangeList) -> ChangeList | None:
+        """This list and ``later`` as one, if ``later`` starts where this one ends (or
+        before); else None."""
+        if later.after > self.upto:
+            return None
+        added = tuple(c for c in later.changes if c.seq > self.upto)
+        last = max(self.last_seq, later.last_seq)
+        upto = max(self.upto, later.upto)
+        return ChangeList(self.collection, self.after, last, self.changes + added, upto)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "collection": self.collection,
             "after": self.after,
             "last_seq": self.last_seq,
+            "through": self.upto,
             "changes": [[c.seq, c.oid, c.version.to_json()] for c in self.changes],
         }
 
     @classmethod
     def from_json(cls, value: object) -> ChangeList:
-        if not isinstance(value, dict) or set(value) != {
-            "collection",
-            "after",
-            "last_seq",
-            "changes",
-        }:
-            raise WireError("a change list has collection, after, last_seq and changes")
+        if not isinstance(value, dict) or set(value) != _LIST_KEYS:
+            raise WireError("a change list has collection, after, last_seq, through and changes")
         collection, after, last = value["collection"], value["after"], value["last_seq"]
-        if not isinstance(collection, str) or not _count(after) or not _count(last):
+        through = value["through"]
+        if not isinstance(collection, str) or not all(_count(n) for n in (after, last, through)):
             raise WireError("a change list's collection is a string and its seqs counts")
         rows = value["changes"]
         if not isinstance(rows, list):
@@ -123,7 +146,7 @@ class ChangeList:
             if not isinstance(row[1], str):
                 raise WireError(f"a change's oid is a string, not {row[1]!r}")
             changes.append(Change(row[0], row[1], Version.from_json(row[2])))
-        return cls(collection, after, last, tuple(changes))
+        return cls(collection, after, last, tuple(changes), through)
 
 
 def _finite(value: object) -> bool:

@@ -18,9 +18,9 @@ import aiohttp
 import pytest
 
 from broker.app import Broker
-from broker.cli import _registered, _terminal
+from broker.cli import _terminal
 from broker.config import from_mapping
-from broker.hsr import COLLECTION
+from broker.hsr import COLLECTION, registered
 from broker.oid import oid
 from gatherer.database import GathererDatabase
 from tests.broker.test_api import TOKEN, get_json, make, put, running, url_of
@@ -283,7 +283,12 @@ async def test_serve_keeps_the_broker_registered_at_its_hsr(tmp_path: Path) -> N
                 },
             }
         )
-        async with await Broker.start(config) as broker, _registered(config, broker):
+        async with (
+            await Broker.start(config) as broker,
+            registered(
+                config.hsr, "broker", config.broker.name, broker.address, "harvest-broker test"
+            ),
+        ):
             key = oid(COLLECTION, f"{url_of(broker)}/")
             query = {"q": "Server-Type: broker AND Description: physics"}
             async with aiohttp.ClientSession() as session:

@@ -13,7 +13,9 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from replicator.cli import main
@@ -32,8 +34,13 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def replicator_toml(data: Path, broker: str = "http://127.0.0.1:8501", member: str = "m1") -> str:
-    return f"""[replicator]
+def replicator_toml(
+    data: Path, broker: str = "http://127.0.0.1:8501", member: str = "m1", hsr: str = ""
+) -> str:
+    registry = (
+        f'[hsr]\nurl = "{hsr}"\ndescription = "mirrors of hsr and cs-papers"\n' if hsr else ""
+    )
+    return f"""{registry}[replicator]
 id = "{member}"
 listen = "127.0.0.1:0"
 secret = "{SECRET}"
@@ -41,10 +48,6 @@ broker = "{broker}"
 broker_token = "{TOKEN}"
 data_dir = "{data}"
 
-[timing]
-# The broker holds a long poll for changes until it ends, even while it stops: short ones let
-# the broker stop promptly after this member.
-long_poll = 1.0
 
 [[groups]]
 collection = "hsr"
@@ -240,6 +243,19 @@ async def serving(
             await process.wait()
 
 
+async def registration(hsr: str) -> dict[str, Any]:
+    """The replicator named m1 in the HSR at ``hsr``, once it has registered (bounded)."""
+    async with aiohttp.ClientSession() as session:
+        for _ in range(200):
+            async with session.get(f"{hsr}/api/hsr") as response:
+                servers = (await response.json())["servers"]
+            found = [s for s in servers if s["name"] == "m1"]
+            if found:
+                return dict(found[0])
+            await asyncio.sleep(0.05)
+    raise AssertionError("the replicator did not register at the HSR")
+
+
 async def test_serve_answers_status_and_stops_on_sigterm_saving_its_state(
     tmp_path: Path,
 ) -> None:
@@ -254,7 +270,10 @@ member = "m1"
     )
     data = tmp_path / "replicator"
     async with serving("broker", broker_config, tmp_path / "broker.log") as (broker, broker_url):
-        config = write(tmp_path / "replicator.toml", replicator_toml(data, broker_url))
+        # The broker is also the HSR the member registers at.
+        config = write(
+            tmp_path / "replicator.toml", replicator_toml(data, broker_url, hsr=broker_url)
+        )
         log = tmp_path / "replicator.log"
         async with serving("replicator", config, log) as (process, url):
             status, out, err = await cli("status", "--url", url)
@@ -265,6 +284,10 @@ member = "m1"
             groups = {group["collection"]: group for group in answer["groups"]}
             assert set(groups) == {"hsr", "cs-papers"}
             assert "m1" in [member["id"] for member in groups["hsr"]["members"]]
+
+            registered = await registration(broker_url)
+            assert registered["type"] == "replicator"
+            assert registered["url"] == f"{url}/"
 
             # A URL that answers, but not as a replicator: exit 1, the status on stderr.
             status, out, err = await cli("status", "--url", f"{broker_url}/nothing")

@@ -30,6 +30,7 @@ TIMING = {
     "probe_interval": 0.3,
     "probe_timeout": 0.15,
     "suspicion_timeout": 1.0,
+    "reconnect_interval": 1.0,
     "measure_interval": 0.5,
     "anti_entropy_interval": 2.0,
     "long_poll": 5.0,

@@ -356,6 +356,7 @@ def test_change_list_json_form() -> None:
         "collection": "c",
         "after": 3,
         "last_seq": 9,
+        "through": 7,
         "changes": [[4, "o1", [1.5, "m", False]], [7, "o2", [6.25, "n", True]]],
     }
 
@@ -374,10 +375,26 @@ def test_change_list_upto_and_complete(listed: ChangeList, upto: int, complete: 
     assert listed.complete is complete
 
 
+def test_a_change_list_left_out_of_accounts_for_the_same_seqs() -> None:
+    first = ChangeList(
+        "c", 3, 9, (Change(4, "o1", Version(1.0, "m")), Change(7, "o2", GONE.version))
+    )
+    kept = first.without(lambda change: change.oid == "o2")
+    assert [c.oid for c in kept.changes] == ["o1"]
+    assert kept.upto == 7
+    assert not kept.complete
+    joined = kept.followed_by(ChangeList("c", 7, 12, (Change(12, "o3", Version(2.0, "m")),)))
+    assert joined is not None
+    assert [c.seq for c in joined.changes] == [4, 12]
+    assert (joined.after, joined.upto, joined.complete) == (3, 12, True)
+    assert kept.followed_by(ChangeList("c", 8, 12, ())) is None  # a gap: 8 was not seen
+
+
 GOOD: dict[str, Any] = {
     "collection": "c",
     "after": 0,
     "last_seq": 2,
+    "through": 2,
     "changes": [[1, "o1", [1.0, "m", False]], [2, "o2", [2.0, "m", True]]],
 }
 
@@ -398,6 +415,10 @@ GOOD: dict[str, Any] = {
         {**GOOD, "after": "1"},
         {**GOOD, "last_seq": -5},
         {**GOOD, "last_seq": None},
+        {key: value for key, value in GOOD.items() if key != "through"},
+        {**GOOD, "through": 1},  # ends before its last change
+        {**GOOD, "after": 3, "through": 2, "changes": []},  # ends before it starts
+        {**GOOD, "through": -1},
         {**GOOD, "changes": {}},
         {**GOOD, "changes": "[]"},
         {**GOOD, "changes": [[1, "o1"]]},
