@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from aiohttp import web
-
 from broker.collector import Collector, PullResult
 from broker.config import CollectionConfig, Config
 from broker.errors import BrokerError
@@ -30,6 +28,7 @@ from broker.scheduler import Scheduler
 from broker.search import Searcher
 from broker.sync import IndexSync, Reconciled
 from harvest_cache.server.tasks import TaskSet
+from harvest_cache.web_site import listening
 
 log = logging.getLogger(__name__)
 
@@ -142,14 +141,10 @@ class Broker:
         self.searcher = Searcher(self.registry, self.index)
         # A crash after a pull but before the index caught up leaves a backlog: apply it.
         await self.sync.catch_up()
-        runner = web.AppRunner(make_app(self), access_log=None)
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
         listen = self.config.broker.listen
-        site = web.TCPSite(runner, listen.host, listen.port)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        self.address = (str(host), int(port))
+        self.address = await stack.enter_async_context(
+            listening(make_app(self), listen.host, listen.port)
+        )
         stack.push_async_callback(self._background.cancel)
         collector = await stack.enter_async_context(Collector(self.config.broker, self.registry))
         self.scheduler = await stack.enter_async_context(

@@ -133,6 +133,9 @@ class Group:
         # Per member, the change number its lists are accounted for up to (the list being
         # pulled included): a list announced later that starts there needs no extra request.
         self._horizon: dict[str, int] = {}
+        # Announcements waiting to be sent, and the members one is being sent to.
+        self._outbox: dict[str, ChangeList] = {}
+        self._telling: set[str] = set()
         self._rotation = 0
         self.offer_own_row()
 
@@ -339,11 +342,27 @@ class Group:
             def its_own(change: Change, member: str = member) -> bool:
                 return came_from.get(change.oid) == (change.version, member)
 
-            told = listed.without(its_own)
-            self._spawn(self._post(member, "notify", told.to_json()), f"notify to {member}")
+            self._tell(member, listed.without(its_own))
         for change in listed.changes:
             if change.oid in came_from and came_from[change.oid][0] == change.version:
                 del came_from[change.oid]
+
+    def _tell(self, member: str, listed: ChangeList) -> None:
+        """Announce ``listed`` to ``member``: one announcement in flight to a member at a
+        time, in order, and those made meanwhile joined into the next."""
+        waiting = self._outbox.get(member)
+        joined = None if waiting is None else waiting.followed_by(listed)
+        self._outbox[member] = listed if joined is None else joined
+        if member not in self._telling:
+            self._telling.add(member)
+            self._spawn(self._teller(member), f"announcements to {member}")
+
+    async def _teller(self, member: str) -> None:
+        try:
+            while (listed := self._outbox.pop(member, None)) is not None:
+                await self._post(member, "notify", listed.to_json())
+        finally:
+            self._telling.discard(member)
 
     def notified(self, member: str, listed: ChangeList) -> None:
         """``member`` announced changes (the server calls this)."""

@@ -14,10 +14,10 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 
 import aiohttp
-from aiohttp import web
 
 from harvest_cache.config import Address
 from harvest_cache.server.tasks import TaskSet
+from harvest_cache.web_site import listening
 from replicator.client import BrokerClient, PeerClient
 from replicator.config import Config
 from replicator.group import Group
@@ -81,14 +81,10 @@ class Node:
             session, config.replicator.broker, config.replicator.broker_token, timeout
         )
         peers = PeerClient(session, config.member, self.secret, timeout)
-        runner = web.AppRunner(make_app(self), access_log=None)
-        await runner.setup()
-        stack.push_async_callback(runner.cleanup)
         listen = config.replicator.listen
-        site = web.TCPSite(runner, listen.host, listen.port)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        self.address = (str(host), int(port))
+        self.address = await stack.enter_async_context(
+            listening(make_app(self), listen.host, listen.port)
+        )
         # Listening on port 0 (tests), the others reach this member at the port it got.
         advertised = config.replicator.advertise or Address(listen.host, self.address[1])
         links = Links()

@@ -190,7 +190,7 @@ def test_a_collection_replicated_twice_is_reported() -> None:
     problems = _problems(
         _raw(groups=[{"collection": "hsr"}, {"collection": "docs"}, {"collection": "hsr"}])
     )
-    assert problems == ["test.toml: groups: collection 'hsr' replicated twice"]
+    assert problems == ["test.toml: groups: collection 'hsr' used twice"]
 
 
 @pytest.mark.parametrize("member", ["-starts-with-dash", "has space", "x" * 129, "ünï"])
