@@ -85,6 +85,10 @@ def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         log.close()
 
 
+class DevToolsError(Exception):
+    """The browser answered a DevTools command with an error."""
+
+
 class Tab:
     """One browser tab, driven over its DevTools websocket."""
 
@@ -99,7 +103,8 @@ class Tab:
             while True:  # events arrive in between: skip them
                 message = await self._ws.receive_json()
                 if message.get("id") == number:
-                    assert "error" not in message, message
+                    if "error" in message:
+                        raise DevToolsError(message["error"])
                     result: dict[str, Any] = message["result"]
                     return result
 
@@ -109,10 +114,15 @@ class Tab:
         return answer["result"].get("value")
 
     async def wait_until(self, expression: str) -> None:
-        """Poll ``expression`` in the page until it is true."""
+        """Poll ``expression`` in the page until it is true. A page navigating away while
+        it is asked (a submitted form) answers with an error: not true yet."""
         for _ in range(int(STEP / 0.05)):
-            if await self.evaluate(f"!!({expression})"):
-                return
+            try:
+                if await self.evaluate(f"!!({expression})"):
+                    return
+            except DevToolsError as error:
+                if "navigated" not in str(error):
+                    raise
             await asyncio.sleep(0.05)
         raise AssertionError(f"not true within {STEP} s: {expression}")
 
@@ -129,7 +139,11 @@ class Tab:
         )
 
     async def click(self, selector: str) -> None:
-        await self.evaluate(f"document.querySelector({json.dumps(selector)}).click()")
+        try:
+            await self.evaluate(f"document.querySelector({json.dumps(selector)}).click()")
+        except DevToolsError as error:  # the click navigated before the answer: what it is for
+            if "navigated" not in str(error):
+                raise
 
     async def params(self) -> dict[str, list[str]]:
         return parse_qs(urlsplit(await self.evaluate("location.href")).query)
