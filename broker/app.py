@@ -14,9 +14,7 @@ import logging
 import socket
 import time
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from broker.collector import Collector, PullResult
@@ -27,6 +25,7 @@ from broker.registry import Registry
 from broker.scheduler import Scheduler
 from broker.search import Searcher
 from broker.sync import IndexSync, Reconciled
+from harvest_cache.lifecycle import Owned
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.web_site import listening
 
@@ -72,14 +71,14 @@ class ChangeSignal:
         self.notify()
 
 
-class Broker:
+class Broker(Owned):
     """Start with ``await Broker.start(config)``; ``address`` is where it listens."""
 
     def __init__(self, config: Config) -> None:
+        super().__init__()
         self.config = config
         self.settings = Settings(config.broker.default_ttl, {c.name: c for c in config.collections})
         self.started = time.time()
-        self._stack = AsyncExitStack()
         self.registry: Registry
         self.index: TantivyIndex
         self.sync: IndexSync
@@ -104,28 +103,11 @@ class Broker:
 
     @classmethod
     async def start(cls, config: Config) -> Broker:
-        broker = cls(config)
-        try:
-            await broker._open()
-        except BaseException:
-            await broker._stack.aclose()
-            raise
-        return broker
-
-    async def __aenter__(self) -> Broker:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        return await cls(config)._opened()
 
     async def stop(self) -> None:
         self.changed.close()
-        await self._stack.aclose()
+        await super().stop()
 
     async def _open(self) -> None:
         from broker.api import make_app  # the API module imports this one

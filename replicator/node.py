@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import AsyncExitStack
-from types import TracebackType
 
 import aiohttp
 
 from harvest_cache.config import Address
+from harvest_cache.lifecycle import Owned
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.web_site import listening
 from replicator.client import BrokerClient, PeerClient
@@ -29,8 +28,9 @@ from replicator.state import State
 log = logging.getLogger("replicator")
 
 
-class Node:
+class Node(Owned):
     def __init__(self, config: Config) -> None:
+        super().__init__()
         self.config = config
         self.secret = config.replicator.secret.encode()
         self.metrics = ReplicatorMetrics()
@@ -39,7 +39,6 @@ class Node:
         self.address: tuple[str, int] = ("", 0)
         self.broker: BrokerClient
         self._tasks = TaskSet()
-        self._stack = AsyncExitStack()
         self._state: State
 
     def __repr__(self) -> str:
@@ -47,27 +46,7 @@ class Node:
 
     @classmethod
     async def start(cls, config: Config) -> Node:
-        node = cls(config)
-        try:
-            await node._open()
-        except BaseException:
-            await node._stack.aclose()
-            raise
-        return node
-
-    async def __aenter__(self) -> Node:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    async def stop(self) -> None:
-        await self._stack.aclose()
+        return await cls(config)._opened()
 
     async def _open(self) -> None:
         config = self.config

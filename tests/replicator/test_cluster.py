@@ -27,9 +27,11 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(240)
 
 SIZE = 5
 TIMING = {
-    "probe_interval": 0.3,
-    "probe_timeout": 0.15,
-    "suspicion_timeout": 1.0,
+    # Quick, but not so quick that a member slowed by the machine's load (ten processes on
+    # two cores, and the test suite) is taken for dead.
+    "probe_interval": 0.5,
+    "probe_timeout": 0.25,
+    "suspicion_timeout": 2.0,
     "reconnect_interval": 1.0,
     "measure_interval": 0.5,
     "anti_entropy_interval": 2.0,
