@@ -9,6 +9,7 @@ turns them into ``<mark>`` (HTML) or bold (a terminal). Words under ``NOT`` are 
 from __future__ import annotations
 
 import re
+from functools import cache
 
 from broker.match import Attributes, token_spans, tokens, word_matches
 from broker.query.ast import And, Node, Not, Or, Pattern, Phrase, Word
@@ -66,7 +67,7 @@ def _applies(term: Word | Phrase | Pattern, name: str) -> bool:
 
 def _spans(terms: list[Word | Phrase | Pattern], name: str, value: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
-    found = token_spans(value)
+    found: list[tuple[int, int, str]] | None = None  # the value's tokens, when needed
     for term in terms:
         if not _applies(term, name):
             continue
@@ -75,11 +76,36 @@ def _spans(terms: list[Word | Phrase | Pattern], name: str, value: str) -> list[
             spans += [
                 m.span() for m in re.finditer(term.regex, value, flags) if m.end() > m.start()
             ]
-        elif isinstance(term, Word):
-            spans += [(s, e) for s, e, token in found if word_matches(term, token)]
+            continue
+        finder = _finder(term) if isinstance(term, Word) else None
+        if finder is not None:
+            spans += [m.span() for m in finder.finditer(value)]
+            continue
+        if found is None:
+            found = token_spans(value)
+        if isinstance(term, Word):
+            # Tokens too long or short to be within the word's errors are passed over unread.
+            size, errors = len(term.text), term.errors
+            spans += [
+                (s, e)
+                for s, e, token in found
+                if (term.prefix or abs(len(token) - size) <= errors) and word_matches(term, token)
+            ]
         else:
             spans += _phrase_spans(term, found)
     return sorted(set(spans))
+
+
+@cache
+def _finder(word: Word) -> re.Pattern[str] | None:
+    """A regex finding the tokens that ``word`` matches exactly or as a prefix, without
+    splitting the whole value into tokens (most of a result's cost, on long texts); None for
+    an approximate word, or one of several tokens (it matches no single token)."""
+    if word.errors or tokens(word.text) != [word.text]:
+        return None
+    flags = 0 if word.case_sensitive else re.IGNORECASE
+    rest = r"[^\W_]*" if word.prefix else ""
+    return re.compile(rf"(?<![^\W_]){re.escape(word.text)}{rest}(?![^\W_])", flags)
 
 
 def _phrase_spans(phrase: Phrase, found: list[tuple[int, int, str]]) -> list[tuple[int, int]]:

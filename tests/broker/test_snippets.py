@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.match import token_spans, word_matches
 from broker.query.ast import And, Not, Pattern, Phrase, Word
-from broker.snippets import END, MAX_SNIPPETS, START, WIDTH, snippets
+from broker.snippets import END, MAX_SNIPPETS, START, WIDTH, _spans, snippets
 
 OBJECT = (
     ("Type", "HTML"),
@@ -55,3 +59,19 @@ def test_words_under_not_and_other_attributes_are_not_marked() -> None:
 def test_at_most_a_few_snippets() -> None:
     many = tuple((f"A{n}", "cache here") for n in range(10))
     assert len(snippets(Word("cache"), many)) == MAX_SNIPPETS
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet="abcAB _-.é1", max_size=60),
+    word=st.text(alphabet="abcAé1", min_size=1, max_size=3),
+    prefix=st.booleans(),
+    case_sensitive=st.booleans(),
+)
+def test_words_are_found_as_the_tokens_they_match(
+    text: str, word: str, prefix: bool, case_sensitive: bool
+) -> None:
+    # The regex that finds a word's tokens marks exactly the tokens word_matches accepts.
+    term = Word(word, prefix=prefix, case_sensitive=case_sensitive)
+    expected = [(s, e) for s, e, token in token_spans(text) if word_matches(term, token)]
+    assert _spans([term], "Title", text) == expected
