@@ -169,17 +169,21 @@ class Group:
         for member in to:
             self._spawn(self._post(member, what, value), f"{what} to {member}")
 
-    async def _post(self, member: str, what: str, value: Any) -> None:
+    async def _post(self, member: str, what: str, value: Any) -> Any:
+        """Post ``value`` to ``member``; its answer, or None if it could not be had."""
         address = self.address_of(member)
         if address is None:
-            return
+            return None
         try:
-            answer = await self._peers.post_json(address, self.path(what), value)
+            return await self._peers.post_json(address, self.path(what), value)
         except PeerError as error:
             self._error(error)
             log.debug("%s: %s to %s failed: %s", self.name, what, member, error)
-            return
-        if what == "topology" and isinstance(answer, dict) and answer.get("adopted") is False:
+            return None
+
+    async def _send_topology(self, member: str, agreed: Agreed) -> None:
+        answer = await self._post(member, "topology", agreed.to_json())
+        if isinstance(answer, dict) and answer.get("adopted") is False:
             epoch = answer.get("epoch")
             if isinstance(epoch, int) and not isinstance(epoch, bool):
                 self.coordination.refused(epoch)
@@ -289,7 +293,9 @@ class Group:
         made = self.coordination.decide(usable)
         if made is not None:
             log.info("%s: computed %r", self.name, made)
-            self._broadcast("topology", made.to_json(), [m for m in usable if m != self.me])
+            for member in usable:
+                if member != self.me:
+                    self._spawn(self._send_topology(member, made), f"topology to {member}")
             self._topology_changed()
 
     def offer_topology(self, agreed: Agreed) -> bool:

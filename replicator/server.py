@@ -58,7 +58,8 @@ MAX_REQUEST: Final = 32 * 1024 * 1024
 # Mirrors within this factor of the nearest one's cost are equally near (chosen at random,
 # as Harvest's Query.cgi chose among all).
 NEAR: Final = 1.5
-_PROBE_DATA: Final = os.urandom(MAX_PROBE)
+# Probe bodies repeat one random block (incompressible on the way), not 16 MB made at start.
+_PROBE_BLOCK: Final = os.urandom(64 * 1024)
 
 
 class BadRequest(web.HTTPBadRequest):
@@ -150,7 +151,8 @@ class Service:
         size = _integer(request.query.get("size", "0"), "size")
         if size > MAX_PROBE:
             raise BadRequest(f"size: at most {MAX_PROBE}")
-        return web.Response(body=_PROBE_DATA[:size], content_type="application/octet-stream")
+        body = (_PROBE_BLOCK * -(-size // len(_PROBE_BLOCK)))[:size]
+        return web.Response(body=body, content_type="application/octet-stream")
 
     def _sent(self, group: Group, kind: str, response: web.Response) -> web.Response:
         body = response.body

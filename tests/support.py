@@ -604,3 +604,25 @@ def spawn(config: Path, stderr: Path) -> subprocess.Popen[bytes]:
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
+
+
+async def run_module(module: str, *args: str, within: float = 60.0) -> tuple[int, str, str]:
+    """Run ``python -m MODULE ARGS`` from the repository; its exit status, stdout and
+    stderr. Killed (and the test failed) if it runs longer than ``within`` seconds."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), within)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()

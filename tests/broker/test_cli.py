@@ -25,30 +25,14 @@ from broker.oid import oid
 from gatherer.database import GathererDatabase
 from tests.broker.test_api import TOKEN, get_json, make, put, running, url_of
 from tests.broker.test_collector import gatherer_service, refused_port
-from tests.support import REPO
+from tests.support import REPO, run_module
 
 BOLD, PLAIN = "\x1b[1m", "\x1b[0m"
 
 
 async def cli(*args: str, within: float = 60.0) -> tuple[int, str, str]:
-    """Run ``harvest-broker ARGS``; its exit status, stdout and stderr."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "broker",
-        *args,
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), within)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    """Run ``harvest-broker ARGS`` as a process; its exit status, stdout and stderr."""
+    return await run_module("broker", *args, within=within)
 
 
 def write_config(path: Path, data: Path, source: str, **broker: str) -> Path:

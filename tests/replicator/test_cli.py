@@ -20,7 +20,7 @@ import pytest
 
 from replicator.cli import main
 from replicator.config import MIN_SECRET
-from tests.support import REPO, free_port
+from tests.support import REPO, free_port, run_module
 
 TOKEN = "broker-admin-token"
 SECRET = "the-group-secret-of-the-cli-tests"
@@ -193,23 +193,7 @@ def test_a_bad_command_line_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 async def cli(*args: str, within: float = RUN) -> tuple[int, str, str]:
     """Run ``harvest-replicator ARGS`` as a process; its exit status, stdout and stderr."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "replicator",
-        *args,
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), within)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    return await run_module("replicator", *args, within=within)
 
 
 @asynccontextmanager
