@@ -10,6 +10,7 @@ still held; after that it fetches on its own.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -53,6 +54,7 @@ class Flight:
         # The head (or the failure) as published; a future is made only for readers that
         # wait, as most flights have none.
         self._head: FlightHead | Exception | None = None
+        self._make_head: Callable[[], FlightHead] | None = None  # a head made when asked for
         self._head_future: asyncio.Future[FlightHead] | None = None
         self._chunks: list[bytes] = []
         self._first = 0  # absolute index of _chunks[0]
@@ -74,6 +76,8 @@ class Flight:
         return future
 
     def _settle(self, future: asyncio.Future[FlightHead]) -> None:
+        if self._make_head is not None:
+            self._head, self._make_head = self._make_head(), None
         head = self._head
         if head is None or future.done():
             return
@@ -104,8 +108,16 @@ class Flight:
     # -- the fetch's side ----------------------------------------------------------------------
 
     def publish_head(self, head: FlightHead) -> None:
-        if self._head is None:
+        if self._head is None and self._make_head is None:
             self._head = head
+            if self._head_future is not None:
+                self._settle(self._head_future)
+
+    def publish_head_lazily(self, make: Callable[[], FlightHead]) -> None:
+        """Publish the head that ``make`` returns, made only once a reader asks for it: most
+        flights have no reader, and decoding a head for none is waste."""
+        if self._head is None and self._make_head is None:
+            self._make_head = make
             if self._head_future is not None:
                 self._settle(self._head_future)
 
@@ -128,7 +140,7 @@ class Flight:
 
     def fail(self, error: Exception) -> None:
         self._error = error
-        if self._head is None:
+        if self._head is None and self._make_head is None:
             self._head = error
             if self._head_future is not None:
                 self._settle(self._head_future)

@@ -38,6 +38,7 @@ from harvest_cache.server.fetch import (
     head_to_store,
 )
 from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, StartedFetch
+from harvest_cache.server.miss_plan import MissPlans, plan_key, plan_miss
 from harvest_cache.server.refresh import RefreshPlans, plan_refresh
 from harvest_cache.server.reply import bodyless, framing, interim_relay
 from harvest_cache.server.request import Request
@@ -68,7 +69,8 @@ class LeanPath:
 
     ``answered`` counts requests answered here, ``handed_over`` those passed to the general
     path after they started here, ``planned`` the answered ones that repeated a refresh plan
-    (for metrics, and for tests to see which path ran).
+    and ``planned_misses`` those that repeated a miss plan (for metrics, and for tests to see
+    which path ran).
     """
 
     def __init__(
@@ -94,10 +96,12 @@ class LeanPath:
         self.tasks = tasks
         self.via = via_entry("1.1", name)
         self.plans = RefreshPlans()
+        self.miss_plans = MissPlans()
         self._status_keys = config.server.cache_status_key
         self.answered = 0
         self.handed_over = 0
         self.planned = 0
+        self.planned_misses = 0
         self._running: set[Step] = set()
         self._all_done: asyncio.Future[None] | None = None
 
@@ -237,9 +241,10 @@ class LeanFetch:
         *,
         flight: Flight | None = None,
         request_time: float = 0.0,
+        head: ResponseHead | None = None,
     ) -> None:
-        """``flight`` and ``request_time`` (when the request went) are given when the fetch
-        takes over an exchange already under way."""
+        """``flight``, ``request_time`` (when the request went) and ``head`` (if read) are
+        given when the fetch takes over an exchange already under way."""
         self._path = path
         self._req = req
         self._target = target
@@ -247,7 +252,7 @@ class LeanFetch:
         self._stored = stored
         self._upstream = upstream
         self._flight = flight or path.fetcher.open_flight(target.url)
-        self._head: ResponseHead | None = None
+        self._head = head
         self._chunks: list[bytes] = []
         self._to_store: tuple[Headers, StoreDecision] | None = None
         self._answer: tuple[bytes, bytes] | None = None  # head and body for the client
@@ -329,6 +334,8 @@ class LeanFetch:
             head.status, head.reason, headers, [], value, length, _SET_ON_FETCHED
         )
         self._answer = (client_head, b"")
+        if keep and stored is None:
+            self._plan_miss(head, headers, decision, value, client_head, length)
 
     @guarded
     def on_body(self, chunk: bytes) -> None:
@@ -434,6 +441,47 @@ class LeanFetch:
                 replaced=_SET_ON_STORED,
             )
         path.plans.keep(raw_target, plan)
+
+    def _plan_miss(
+        self,
+        head: ResponseHead,
+        headers: Headers,
+        decision: StoreDecision,
+        cache_status_value: str,
+        client_head: bytes,
+        length: int,
+    ) -> None:
+        """Keep a plan of this miss for the next one asked the same way (see ``miss_plan``)."""
+        path, target, req, conn = self._path, self._target, self._req, self._conn
+        if req.version != "1.1" or not req.keep_alive or conn.must_close:
+            return
+        raw_target = req.target.encode("latin-1")
+        shape = tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in req.headers)
+        found = plan_key(conn.client_ip, raw_target, shape)
+        if found is None or path.key_for(target.url) is not None:
+            return
+        key = found[0]
+        if not path.miss_plans.wanted(key):
+            return
+        times = (self._request_time, self._response_time)
+        status, reason = head.status, head.reason
+        plan = plan_miss(
+            target=target,
+            raw_target=raw_target,
+            request=path.fetcher.requests.head(req, target, None, conn.client_ip),
+            status=status,
+            reason=reason,
+            reply=head.raw,
+            stored=head_to_store(target.url, status, reason, headers, decision, times, "", length),
+            client_head=client_head,
+            cache_status=cache_status_value,
+            via=path.via,
+            replaced=_SET_ON_FETCHED,
+            content_type=self._tx.content_type,
+            queries=path.config.cache.cache_query_urls,
+            max_length=min(SMALL_BODY, path.store.max_object),
+        )
+        path.miss_plans.keep(key, plan)
 
     def _move(self, head: ResponseHead) -> None:
         """Hand the exchange, its flight and the client to the general path."""

@@ -53,6 +53,7 @@ from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, Started
 from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
 from harvest_cache.server.lean import LeanPath
 from harvest_cache.server.planned import start_planned
+from harvest_cache.server.planned_miss import start_planned_miss
 from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.routing import Router, request_target
@@ -193,9 +194,12 @@ class Proxy:
     def serve_planned(
         self, conn: ClientConnection, target: bytes, fields: list[tuple[bytes, bytes]]
     ) -> bool:
-        return self._access.client_allowed(conn.client_ip) and start_planned(
-            self.lean, conn, target, fields
-        )
+        if not self._access.client_allowed(conn.client_ip):
+            return False
+        if start_planned(self.lean, conn, target, fields):
+            return True
+        # (miss plans come from the lean path alone: misses the hierarchy routes have none)
+        return start_planned_miss(self.lean, conn, target, fields)
 
     def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
         if req.method != "GET" or not self._access.client_allowed(conn.client_ip):

@@ -14,10 +14,11 @@ from harvest_cache.store.interface import Found, StoredObject
 
 # What an entry costs beyond the characters of its strings and its body, measured with
 # tracemalloc on CPython 3.11: the object and head, their tuple, the string and bytes
-# objects, the OrderedDict slot and link; and each field line's tuple and two strings
-# (charged in full even when shared: see ``fields``). Counting it keeps a tier of tiny
-# objects within its bytes; without it, 1 KiB objects took twice the tier's size.
-ENTRY_OVERHEAD = 512
+# objects, the OrderedDict slot and link, the size's slot and int; and each field line's
+# tuple and two strings (charged in full even when shared: see ``fields``). Counting it
+# keeps a tier of tiny objects within its bytes; without it, 1 KiB objects took twice the
+# tier's size.
+ENTRY_OVERHEAD = 600
 FIELD_OVERHEAD = 160
 
 
@@ -49,10 +50,11 @@ class MemoryTier:
         self.size = 0
         self.evictions = 0
         self.bypasses = 0
-        # Objects alone, their sizes worked out again when they leave: a (found, size) pair
-        # per entry would be one more object for the garbage collector to walk, and a full
-        # tier holds hundreds of thousands.
+        # Objects, and their sizes apart: a (found, size) pair per entry would be one more
+        # object for the garbage collector to walk (a full tier holds hundreds of thousands),
+        # while a dict of strings and ints is not walked at all.
         self._entries: OrderedDict[str, Found] = OrderedDict()
+        self._sizes: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -82,14 +84,15 @@ class MemoryTier:
             self.bypasses += 1
             return False
         self._entries[key] = found
+        self._sizes[key] = size
         self.size += size
         self._evict()
         return True
 
     def _evict(self) -> None:
         while self.size > self.capacity:
-            _, evicted = self._entries.popitem(last=False)
-            self.size -= entry_size(evicted)
+            key, _ = self._entries.popitem(last=False)
+            self.size -= self._sizes.pop(key)
             self.evictions += 1
 
     def heads(self) -> list[StoredHead]:
@@ -106,7 +109,7 @@ class MemoryTier:
         old = self._entries.get(key)
         if not isinstance(old, StoredObject):
             return
-        old_size = entry_size(old)
+        old_size = self._sizes[key]
         # The body is unchanged, so its length is kept whatever the new head says.
         if head.body_length != old.head.body_length:
             head = head.with_body_length(old.head.body_length)
@@ -118,10 +121,10 @@ class MemoryTier:
         # In place: revalidated objects are refreshed often, and this runs on every one.
         self._entries[key] = StoredObject(head, old.body, old.tier)
         self._entries.move_to_end(key)
+        self._sizes[key] = size
         self.size += size - old_size
         self._evict()
 
     def delete(self, key: str) -> None:
-        found = self._entries.pop(key, None)
-        if found is not None:
-            self.size -= entry_size(found)
+        if self._entries.pop(key, None) is not None:
+            self.size -= self._sizes.pop(key)
