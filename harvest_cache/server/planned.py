@@ -16,19 +16,15 @@ from harvest_cache.errors import UpstreamError
 from harvest_cache.http.cache_status import cache_status
 from harvest_cache.http.freshness import age_value
 from harvest_cache.http.headers import Headers
-from harvest_cache.server.accesslog import line_head
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.flight import FlightHead
-from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded, write_answer
+from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded
+from harvest_cache.server.planning import answer_planned, send_planned, unplanned
 from harvest_cache.server.refresh import RefreshPlan
-from harvest_cache.server.reply import interim_relay
-from harvest_cache.server.request import Request
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 
-_RESULT_NAME = "TCP_REFRESH_UNMODIFIED"
-_RESULT = _RESULT_NAME.encode()
-_HIER = "HIER_DIRECT"
+_RESULT = "TCP_REFRESH_UNMODIFIED"
 
 
 def start_planned(
@@ -96,11 +92,8 @@ class PlannedRefresh:
 
     @guarded
     def send(self) -> None:
-        self._request_time = time.time()
-        path = self._path
-        relay = interim_relay(self._conn, "1.1", path.via)
-        self._upstream.begin(False, path.config.upstream.read_timeout, self, relay)
-        self._upstream.send_now(self._plan.request)
+        request = self._plan.request
+        self._request_time = send_planned(self._path, self, self._conn, self._upstream, request)
 
     # -- Listener ----------------------------------------------------------------------------
 
@@ -164,53 +157,33 @@ class PlannedRefresh:
 
     def _unplanned(self) -> LeanFetch:
         """The general fast path's fetch, taking over this exchange where it stands."""
-        plan, path = self._plan, self._path
-        req = Request(
-            method="GET",
-            target=plan.raw_target.decode("latin-1"),
-            version="1.1",
-            headers=Headers.from_raw(self._fields),
-            keep_alive=True,
-            started=self._started,
-        )
-        fetch = LeanFetch(
-            path,
-            req,
-            plan.target,
+        plan = self._plan
+        return unplanned(
+            self._path,
+            self,
             self._conn,
-            plan.obj,
             self._upstream,
-            flight=self._flight,
+            self._flight,
+            target=plan.target,
+            raw_target=plan.raw_target.decode("latin-1"),
+            fields=tuple(self._fields),
+            started=self._started,
+            stored=plan.obj,
             request_time=self._request_time,
         )
-        path.begun(fetch)  # first, so that shutdown never sees no fetch running
-        path.ended(self)
-        if self._upstream.listening:
-            self._upstream.relisten(fetch)
-        return fetch
 
     def _respond(self) -> None:
         answer = self._answer
         assert answer is not None
-        head, body = answer
-        conn, path = self._conn, self._path
-        sent = write_answer(conn, head, body)
-        size = len(head) + len(body)
-        seconds = time.monotonic() - self._started
-        plan = self._plan
-        path.traffic.ended("GET", _RESULT_NAME, plan.status, size, seconds, _HIER, not sent)
-        if path.log.enabled:
-            line = line_head(
-                time.time(),
-                round(seconds * 1000),
-                conn.client_bytes,
-                _RESULT,
-                plan.status,
-                size,
-                not sent,
-            )
-            path.log.write(line + plan.tail_for(self._upstream.peer_ip))
-        path.answered += 1
-        path.planned += 1
-        path.ended(self)
-        conn.lean_done(True)
+        plan, peer = self._plan, self._upstream.peer_ip
+        answer_planned(
+            self._path,
+            self,
+            self._conn,
+            answer,
+            self._started,
+            _RESULT,
+            plan.status,
+            lambda: plan.tail_for(peer),
+        )
+        self._path.planned += 1

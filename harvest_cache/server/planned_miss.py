@@ -13,20 +13,15 @@ import time
 
 from harvest_cache.errors import UpstreamError
 from harvest_cache.http.forwarding import end_to_end
-from harvest_cache.http.headers import Headers
 from harvest_cache.http.target import Target
-from harvest_cache.server.accesslog import Hierarchy, line_head
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.flight import FlightHead
-from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded, write_answer
+from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded
 from harvest_cache.server.miss_plan import MissPlan, RawFields, plan_key
-from harvest_cache.server.reply import interim_relay
-from harvest_cache.server.request import Request
+from harvest_cache.server.planning import answer_planned, send_planned, unplanned
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 
-_RESULT_NAME = "TCP_MISS"
-_RESULT = _RESULT_NAME.encode()
-_HIER = Hierarchy.HIER_DIRECT
+_RESULT = "TCP_MISS"
 
 
 def start_planned_miss(
@@ -110,11 +105,8 @@ class PlannedMiss:
 
     @guarded
     def send(self) -> None:
-        self._request_time = time.time()
-        path = self._path
-        relay = interim_relay(self._conn, "1.1", path.via)
-        self._upstream.begin(False, path.config.upstream.read_timeout, self, relay)
-        self._upstream.send_now(self._plan.request(self._rest))
+        request = self._plan.request(self._rest)
+        self._request_time = send_planned(self._path, self, self._conn, self._upstream, request)
 
     # -- Listener ----------------------------------------------------------------------------
 
@@ -166,52 +158,27 @@ class PlannedMiss:
 
     def _unplanned(self) -> LeanFetch:
         """The general fast path's fetch, taking over this exchange where it stands."""
-        path = self._path
-        req = Request(
-            method="GET",
-            target=self._url,
-            version="1.1",
-            headers=Headers.from_raw(self._fields),
-            keep_alive=True,
-            started=self._started,
-        )
         plan = self._plan
-        fetch = LeanFetch(
-            path,
-            req,
-            Target("http", plan.host, plan.port, self._rest.decode("latin-1")),
+        return unplanned(
+            self._path,
+            self,
             self._conn,
-            None,
             self._upstream,
-            flight=self._flight,
+            self._flight,
+            target=Target("http", plan.host, plan.port, self._rest.decode("latin-1")),
+            raw_target=self._url,
+            fields=self._fields,
+            started=self._started,
+            stored=None,
             request_time=self._request_time,
             head=self._head,
         )
-        path.begun(fetch)  # first, so that shutdown never sees no fetch running
-        path.ended(self)
-        if self._upstream.listening:
-            self._upstream.relisten(fetch)
-        return fetch
 
     def _respond(self, body: bytes) -> None:
-        head, conn, path = self._client_head, self._conn, self._path
-        sent = write_answer(conn, head, body)
-        size = len(head) + len(body)
-        seconds = time.monotonic() - self._started
-        status = self._plan.status
-        path.traffic.ended("GET", _RESULT_NAME, status, size, seconds, _HIER, not sent)
-        if path.log.enabled:
-            line = line_head(
-                time.time(),
-                round(seconds * 1000),
-                conn.client_bytes,
-                _RESULT,
-                status,
-                size,
-                not sent,
-            )
-            path.log.write(line + self._plan.log_tail(self._url, self._upstream.peer_ip))
-        path.answered += 1
-        path.planned_misses += 1
-        path.ended(self)
-        conn.lean_done(True)
+        plan, url, peer = self._plan, self._url, self._upstream.peer_ip
+        answer = (self._client_head, body)
+        tail = lambda: plan.log_tail(url, peer)  # noqa: E731  (made only if logging)
+        answer_planned(
+            self._path, self, self._conn, answer, self._started, _RESULT, plan.status, tail
+        )
+        self._path.planned_misses += 1
