@@ -12,8 +12,10 @@ is worked out in full, as the first was.
 
 What is planned: an HTTP/1.1 keep-alive GET whose target is the URL's canonical spelling,
 answered with a storable response of known length, with one Date, no Vary, no Expires (its
-meaning moves with the Date), no Via and no field that Connection names; and a Cache-Status
-that does not name the URL.
+meaning moves with the Date), no Via and no field that Connection names, that need not be
+revalidated on every use (whether such a response may be stored turns on its validators'
+values); and a Cache-Status that does not name the URL. The status line's reason must be the
+planned one too.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from typing import cast
 
+from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.forwarding import HOP_BY_HOP, forwarded_head
 from harvest_cache.http.target import Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
@@ -86,10 +89,11 @@ class MissPlan:
     def request(self, rest: bytes) -> bytes:
         return b"GET " + rest + self.request_tail
 
-    def match(self, status: int, raw: list[tuple[bytes, bytes]]) -> int | None:
-        """The body length announced by ``raw`` if a response of ``status`` with those fields
-        is the planned one but for the varying values and within ``max_length``, else None."""
-        if status != self.status or len(raw) != self.count:
+    def match(self, status: int, reason: str, raw: list[tuple[bytes, bytes]]) -> int | None:
+        """The body length announced by ``raw`` if a response of ``status``, ``reason`` and
+        those fields is the planned one but for the varying values and within
+        ``max_length``, else None."""
+        if status != self.status or reason != self.reason or len(raw) != self.count:
             return None
         for start, end, fields in self.static_runs:
             if raw[start:end] != fields:
@@ -156,6 +160,8 @@ def plan_miss(
     ``cache_status`` and a Content-Length, without the fields ``replaced``). None if the
     miss is not one a plan can repeat; a plan is only made if it reproduces the stored head
     and the client head of this response exactly."""
+    if _needs_validator(stored):
+        return None
     url = target.url
     origin = url[: len(url) - len(target.path)]
     if raw_target != url.encode("latin-1") or target.path[:1] != "/":
@@ -225,7 +231,7 @@ def plan_miss(
         head_parts=head_parts,
         content_type=content_type,
     )
-    length = plan.match(status, reply)
+    length = plan.match(status, reason, reply)
     if length is None or length != stored.body_length:
         return None
     again = plan.stored_head(url, reply, 0.0, 0.0, length)
@@ -234,6 +240,15 @@ def plan_miss(
     if plan.client_head(reply, length) != client_head:
         return None
     return plan
+
+
+def _needs_validator(stored: StoredHead) -> bool:
+    """Whether the response must be revalidated on every use, so that whether it may be
+    stored at all turns on its validators being well-formed (RFC 9111 4.3.1: ``storable``
+    refuses such a response without one), which a plan does not look at."""
+    cc = parse_cache_control([v for n, v in stored.headers if n.lower() == "cache-control"])
+    lifetime = cc.s_maxage if cc.s_maxage is not None else cc.max_age
+    return cc.no_cache or bool(cc.no_cache_fields) or lifetime == 0
 
 
 class MissPlans:

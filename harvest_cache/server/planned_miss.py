@@ -114,7 +114,7 @@ class PlannedMiss:
     def on_head(self, head: ResponseHead) -> None:
         self._response_time = time.time()
         plan = self._plan
-        length = plan.match(head.status, head.raw)
+        length = plan.match(head.status, head.reason, head.raw)
         if length is None or self._conn.must_close:
             self._unplanned().on_head(head)
             return

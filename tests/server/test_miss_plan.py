@@ -122,7 +122,7 @@ def planned(url: str = "http://origin.test:8080/first") -> MissPlan:
 def same_as_full(plan: MissPlan, url: str, raw: Raw) -> None:
     """The plan's answer to ``raw`` for ``url`` is exactly the full path's."""
     full = Full(parse_absolute(url), raw)
-    assert plan.match(200, raw) == full.length
+    assert plan.match(200, "OK", raw) == full.length
     stored = plan.stored_head(url, raw, 10.0, 11.0, full.length)
     assert stored == full.stored
     assert plan.client_head(raw, full.length) == full.client_head
@@ -161,7 +161,7 @@ def test_hop_by_hop_fields_are_matched_but_never_stored_or_forwarded() -> None:
     head = plan.stored_head("http://origin.test:8080/a", nginx(3), 1.0, 2.0, 1024)
     assert "Connection" not in [name for name, _ in head.headers]
     assert b"Connection:" not in plan.client_head(nginx(3), 1024)
-    assert plan.match(200, [*nginx(3)[:5], (b"Connection", b"close"), *nginx(3)[6:]]) is None
+    assert plan.match(200, "OK", [*nginx(3)[:5], (b"Connection", b"close"), *nginx(3)[6:]]) is None
 
 
 def test_log_tail_names_the_url_and_the_type() -> None:
@@ -191,11 +191,15 @@ def test_log_tail_names_the_url_and_the_type() -> None:
     ],
 )
 def test_other_responses_do_not_match(status: int, raw: Raw) -> None:
-    assert planned().match(status, raw) is None
+    assert planned().match(status, "OK", raw) is None
+
+
+def test_another_reason_phrase_does_not_match() -> None:
+    assert planned().match(200, "Fine", nginx(2)) is None
 
 
 def test_body_at_the_largest_planned_length_matches() -> None:
-    assert planned().match(200, nginx(2, length=MAX)) == MAX
+    assert planned().match(200, "OK", nginx(2, length=MAX)) == MAX
 
 
 # -- what is not planned ---------------------------------------------------------------------------
@@ -219,8 +223,18 @@ def test_keep_alive_field_is_matched_but_neither_stored_nor_forwarded() -> None:
     plan = make_plan(nginx(1, Keep_Alive=b"timeout=5"))
     assert plan is not None
     same_as_full(plan, "http://origin.test:8080/k", nginx(2, Keep_Alive=b"timeout=5"))
-    assert plan.match(200, nginx(2, Keep_Alive=b"timeout=6")) is None
+    assert plan.match(200, "OK", nginx(2, Keep_Alive=b"timeout=6")) is None
     assert b"Keep-Alive" not in plan.client_head(nginx(2, Keep_Alive=b"timeout=5"), 1024)
+
+
+@pytest.mark.parametrize(
+    "cc",
+    [b"max-age=0", b"no-cache", b'no-cache="Set-Cookie", max-age=60', b"s-maxage=0, max-age=9"],
+)
+def test_response_revalidated_on_every_use_is_not_planned(cc: bytes) -> None:
+    # (whether it may be stored turns on its ETag being well-formed: a value a plan ignores)
+    raw = [(n, cc if n == b"Cache-Control" else v) for n, v in nginx(1)]
+    assert make_plan(raw) is None
 
 
 def test_connection_naming_a_field_is_not_planned() -> None:
@@ -404,4 +418,4 @@ def test_any_planned_shape_repeats_the_full_path(
         static = data.draw(st.sampled_from([i for i in range(len(raw)) if i not in varying]))
         changed = list(later)
         changed[static] = (raw[static][0], raw[static][1] + b"x")
-        assert plan.match(200, changed) is None
+        assert plan.match(200, "OK", changed) is None
