@@ -302,6 +302,10 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.write(data)
 
+    def writelines(self, parts: tuple[bytes, ...]) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.writelines(parts)
+
     async def drain(self) -> None:
         if not self._writable.is_set():
             await self._writable.wait()

@@ -27,6 +27,7 @@ from tests.support import (
     read_request_head,
     read_response,
     request_bytes,
+    static,
 )
 
 
@@ -159,6 +160,31 @@ async def test_pipelined_requests_are_answered_in_order(origin: Origin, cache: C
     finally:
         writer.close()
     assert bodies == [b"first", b"second with a body", b"third"]
+
+
+async def test_pipelined_hits_of_all_sizes_are_answered_in_order(
+    origin: Origin, cache: CacheServer
+) -> None:
+    """Hits answered in the parser callback: small bodies joined to their head, larger ones
+    written gathered with it (and the largest in two writes); pipelined, in order, whole."""
+    sizes = [10, 5000, 100, 16384, 70000, 4096, 4095]
+    bodies = {n: hashlib.sha256(str(n).encode()).digest() * (n // 32 + 1) for n in sizes}
+    for n in sizes:
+        origin.route(f"/hot/{n}", static(bodies[n][:n], {"Cache-Control": "max-age=60"}))
+    reader, writer = await open_proxy(proxy_port(cache))
+    try:
+        for _ in range(2):  # stored, then hot
+            for n in sizes:
+                writer.write(request_bytes("GET", origin.url(f"/hot/{n}")))
+                assert (await read_response(reader)).body == bodies[n][:n]
+        order = sizes * 3
+        writer.write(b"".join(request_bytes("GET", origin.url(f"/hot/{n}")) for n in order))
+        answers = [await read_response(reader) for _ in order]
+    finally:
+        writer.close()
+    assert [a.body for a in answers] == [bodies[n][:n] for n in order]
+    assert all("hit" in (a.get("Cache-Status") or "") for a in answers)
+    assert all(origin.hits[f"/hot/{n}"] == 1 for n in sizes)
 
 
 # -- framing both ways -------------------------------------------------------------------------
