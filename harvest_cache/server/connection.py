@@ -27,6 +27,8 @@ from harvest_cache.server.tasks import TaskSet
 _LINGER = 2.0
 # Pipelined requests held before the socket is paused.
 _MAX_QUEUED = 32
+# Bodies from this size are written gathered with their head (see ``write_response``).
+_GATHER = 4096
 
 
 class Handler(Protocol):
@@ -302,9 +304,15 @@ class ClientConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.write(data)
 
-    def writelines(self, parts: tuple[bytes, ...]) -> None:
+    def write_response(self, head: bytes, body: bytes) -> None:
+        """A whole response: a small body joined to its head, a larger one written gathered
+        with it (writev), as it is: copying a 16 KiB body into one buffer with its head
+        cost a fifth of a hit's time."""
         if self.transport is not None and not self.closed:
-            self.transport.writelines(parts)
+            if len(body) < _GATHER:
+                self.transport.write(head + body)
+            else:
+                self.transport.writelines((head, body))
 
     async def drain(self) -> None:
         if not self._writable.is_set():

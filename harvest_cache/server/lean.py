@@ -201,11 +201,7 @@ def write_answer(conn: ClientConnection, head: bytes, body: bytes) -> bool:
     """Send a whole response; False if the client has gone."""
     if conn.closed:
         return False
-    if len(body) < SMALL_BODY:
-        conn.write(head + body)
-    else:
-        conn.write(head)  # a large stored body goes out as it is, uncopied
-        conn.write(body)
+    conn.write_response(head, body)
     return True
 
 

@@ -69,9 +69,6 @@ log = logging.getLogger("harvest_cache")
 
 # Bodies smaller than this are joined to their head for a single send.
 _COALESCE = 64 * 1024
-# Hot bodies from this size go out with their head in one gathered write (writev) instead:
-# copying a 16 KiB body into one buffer with its head cost a fifth of the hit's time.
-_GATHER = 4096
 
 # Answers to a validation that count as its failure (RFC 5861 4).
 _SERVER_ERRORS = frozenset({500, 502, 503, 504})
@@ -176,12 +173,8 @@ class Proxy:
         size = len(head)
         if head_only:
             conn.write(head)
-        elif len(entry.body) < _GATHER:
-            conn.write(head + entry.body)
-            size += len(entry.body)
         else:
-            # Larger bodies go out as they are stored, in one gathered write: no copy.
-            conn.writelines((head, entry.body))
+            conn.write_response(head, entry.body)
             size += len(entry.body)
         status = entry.obj.head.status
         traffic = self._traffic
