@@ -16,6 +16,7 @@ by that group's id, also on Ctrl-C or SIGTERM; only 127.0.0.1 is ever contacted.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import datetime
 import http.client
@@ -947,6 +948,44 @@ def bench_system(
     return out
 
 
+# Run fields whose medians a scenario's result holds, under the same names.
+MEDIANS = (
+    "rps",
+    "mibps",
+    "p50_ms",
+    "p99_ms",
+    "proxy_cpu_percent",
+    "client_cpu_percent",
+    "origin_cpu_percent",
+)
+
+
+def merge_rounds(outs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system's result over several rounds: every run of a scenario pooled, its medians
+    taken over all of them, its peak memory the highest of any round."""
+    failed = [o for o in outs if o["status"] != "ok"]
+    if len(outs) == 1 or failed:
+        return failed[0] if failed else outs[0]
+    merged = dict(outs[0], rounds=len(outs), scenarios={})
+    merged["peak_rss_per_scenario"] = all(o["peak_rss_per_scenario"] for o in outs)
+    for name in outs[0]["scenarios"]:
+        parts = [o["scenarios"][name] for o in outs]
+        runs = [run for part in parts for run in part["runs"]]
+        codes: collections.Counter[str] = collections.Counter()
+        for part in parts:
+            codes.update(part["log_codes"])
+        one = dict(parts[0], runs=runs, log_codes=dict(codes.most_common()))
+        for key in MEDIANS:
+            one[key] = median([run[key] for run in runs])
+        one["peak_rss_mib"] = max(part["peak_rss_mib"] for part in parts)
+        requests = sum(run["requests"] for run in runs)
+        origin = sum(run["origin_requests"] for run in runs)
+        one["origin_requests_per_request"] = round(origin / max(requests, 1), 4)
+        one["checks"] = sorted({c for part in parts for c in part["checks"]})
+        merged["scenarios"][name] = one
+    return merged
+
+
 # -- calibration of the origin -----------------------------------------------------------------
 
 
@@ -1081,6 +1120,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=",".join(s.name for s in SCENARIOS),
         help="comma-separated subset of: " + ", ".join(s.name for s in SCENARIOS),
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="passes of every system in turn, their runs pooled (1): Squid's and Harvest's"
+        " runs then alternate in time",
+    )
     p.add_argument("--only", choices=SYSTEMS, help="benchmark one system only")
     p.add_argument("--memory-mb", type=int, default=512, help="memory tier of both (512)")
     p.add_argument(
@@ -1102,6 +1148,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.scenario_list = [s for s in SCENARIOS if s.name in names]
     if args.duration <= 0 or args.duration > 600 or args.repeats < 1 or args.connections < 1:
         p.error("need 0 < --duration <= 600, --repeats >= 1, --connections >= 1")
+    if args.rounds < 1:
+        p.error("need --rounds >= 1")
     if args.threads < 1 or args.threads > args.connections:
         p.error("need 1 <= --threads <= --connections")
     return args
@@ -1171,6 +1219,7 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {
                 "duration_s": args.duration,
                 "repeats": args.repeats,
+                "rounds": args.rounds,
                 "connections": args.connections,
                 "wrk_threads": args.threads,
                 "memory_mb": args.memory_mb,
@@ -1185,15 +1234,25 @@ def main(argv: list[str] | None = None) -> int:
             "systems": {},
             "ratios": {},
         }
-        for system in systems:
-            try:
-                report["systems"][system] = bench_system(
-                    system, args, procs, workdir, origin, args.scenario_list, harvest_cmd
-                )
-            except BenchError as e:
-                status = 1
-                say(f"\n*** {system} COULD NOT RUN: {e}")
-                report["systems"][system] = {"status": f"could not run: {e}"}
+        passes: dict[str, list[dict[str, Any]]] = {system: [] for system in systems}
+        for round_ in range(args.rounds):
+            where = workdir  # (a fresh directory for each round's proxies)
+            if args.rounds > 1:
+                say(f"\n##### round {round_ + 1}/{args.rounds}")
+                where = workdir / f"round-{round_ + 1}"
+            for system in systems:
+                try:
+                    passes[system].append(
+                        bench_system(
+                            system, args, procs, where, origin, args.scenario_list, harvest_cmd
+                        )
+                    )
+                except BenchError as e:
+                    status = 1
+                    say(f"\n*** {system} COULD NOT RUN: {e}")
+                    passes[system].append({"status": f"could not run: {e}"})
+        for system, outs in passes.items():
+            report["systems"][system] = merge_rounds(outs)
         report["ratios"] = ratios(report["systems"], args.scenario_list, args.memory_mb)
         table(report, args.scenario_list, sys.stdout)
         write_report(report, args.output)
