@@ -77,35 +77,75 @@ def _spans(terms: list[Word | Phrase | Pattern], name: str, value: str) -> list[
                 m.span() for m in re.finditer(term.regex, value, flags) if m.end() > m.start()
             ]
             continue
-        finder = _finder(term) if isinstance(term, Word) else None
+        finder = _finder(term) if isinstance(term, Word) else _phrase_finder(term)
         if finder is not None:
-            spans += [m.span() for m in finder.finditer(value)]
+            spans += [m.span(1) for m in finder.finditer(value)]
             continue
-        if found is None:
-            found = token_spans(value)
+        near = _near_finder(term) if isinstance(term, Word) else None
+        if near is not None:
+            candidates = [(m.start(), m.end(), m.group()) for m in near.finditer(value)]
+        else:
+            if found is None:
+                found = token_spans(value)
+            candidates = found
         if isinstance(term, Word):
             # Tokens too long or short to be within the word's errors are passed over unread.
             size, errors = len(term.text), term.errors
             spans += [
                 (s, e)
-                for s, e, token in found
+                for s, e, token in candidates
                 if (term.prefix or abs(len(token) - size) <= errors) and word_matches(term, token)
             ]
         else:
-            spans += _phrase_spans(term, found)
+            spans += _phrase_spans(term, candidates)
     return sorted(set(spans))
 
 
 @cache
 def _finder(word: Word) -> re.Pattern[str] | None:
-    """A regex finding the tokens that ``word`` matches exactly or as a prefix, without
-    splitting the whole value into tokens (most of a result's cost, on long texts); None for
+    """A regex finding the tokens (group 1) that ``word`` matches exactly or as a prefix,
+    without splitting the whole value into tokens (most of a result's cost, on long texts); None for
     an approximate word, or one of several tokens (it matches no single token)."""
     if word.errors or tokens(word.text) != [word.text]:
         return None
     flags = 0 if word.case_sensitive else re.IGNORECASE
     rest = r"[^\W_]*" if word.prefix else ""
-    return re.compile(rf"(?<![^\W_]){re.escape(word.text)}{rest}(?![^\W_])", flags)
+    return re.compile(rf"(?<![^\W_])({re.escape(word.text)}{rest})(?![^\W_])", flags)
+
+
+@cache
+def _phrase_finder(phrase: Phrase) -> re.Pattern[str] | None:
+    """A regex finding ``phrase``'s tokens one after the other (group 1), as
+    ``_phrase_spans`` does by splitting the value into tokens; None for a phrase that is not
+    ASCII (case folding could change lengths) or has no token."""
+    wanted = [t for word in phrase.words for t in tokens(word)]
+    if not wanted or not all(t.isascii() for t in wanted):
+        return None
+    flags = 0 if phrase.case_sensitive else re.IGNORECASE
+    between = r"[\W_]+"
+    words = between.join(re.escape(t) for t in wanted)
+    # (in a lookahead: occurrences may overlap, as "a a" does twice in "a a a")
+    return re.compile(rf"(?<![^\W_])(?=({words})(?![^\W_]))", flags)
+
+
+@cache
+def _near_finder(word: Word) -> re.Pattern[str] | None:
+    """A regex finding the tokens that may be within an approximate word's errors, so that
+    only those are measured, not every token of a value. A token within k edits of the word
+    (Levenshtein) holds one of k + 1 pieces of the word unchanged, as each edit spoils one
+    piece at most (agrep's filter). None for a word this does not apply to: not approximate,
+    a prefix, too short to cut, not ASCII (its case folding could change lengths), or not one
+    token."""
+    text, errors = word.text, word.errors
+    if not errors or word.prefix or len(text) <= errors or not text.isascii():
+        return None
+    if tokens(text) != [text]:
+        return None
+    cut = len(text) // (errors + 1)
+    pieces = [text[i * cut : (i + 1) * cut] for i in range(errors)] + [text[errors * cut :]]
+    flags = 0 if word.case_sensitive else re.IGNORECASE
+    either = "|".join(re.escape(piece) for piece in pieces)
+    return re.compile(rf"(?<![^\W_])[^\W_]*?(?:{either})[^\W_]*", flags)
 
 
 def _phrase_spans(phrase: Phrase, found: list[tuple[int, int, str]]) -> list[tuple[int, int]]:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from broker.match import token_spans, word_matches
 from broker.query.ast import And, Not, Pattern, Phrase, Word
-from broker.snippets import END, MAX_SNIPPETS, START, WIDTH, _spans, snippets
+from broker.snippets import END, MAX_SNIPPETS, START, WIDTH, _phrase_spans, _spans, snippets
 
 OBJECT = (
     ("Type", "HTML"),
@@ -75,3 +75,44 @@ def test_words_are_found_as_the_tokens_they_match(
     term = Word(word, prefix=prefix, case_sensitive=case_sensitive)
     expected = [(s, e) for s, e, token in token_spans(text) if word_matches(term, token)]
     assert _spans([term], "Title", text) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.text(alphabet="abcdAB _-.é1", max_size=80),
+    word=st.text(alphabet="abcdA1", min_size=1, max_size=7),
+    errors=st.integers(1, 2),
+    case_sensitive=st.booleans(),
+)
+def test_approximate_words_are_found_as_the_tokens_they_match(
+    text: str, word: str, errors: int, case_sensitive: bool
+) -> None:
+    # The pieces a token must hold one of (to be within the errors) pass every token that
+    # word_matches accepts: the marks are those of measuring every token.
+    term = Word(word, errors=errors, case_sensitive=case_sensitive)
+    expected = [(s, e) for s, e, token in token_spans(text) if word_matches(term, token)]
+    assert _spans([term], "Title", text) == expected
+
+
+def test_approximate_word_marks_its_misspellings_in_long_text() -> None:
+    text = "word " * 200 + "a hierarchical cacke, the Cache and caches. " + "tail " * 200
+    found = snippets(Word("cache", errors=1), (("Abstract", text),))
+    assert found
+    assert "[cacke]" in marked(found[0][1])
+    assert "[Cache]" in marked(found[0][1])
+    assert "[caches]" in marked(found[0][1])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.text(alphabet="abAB _-.é1", max_size=60),
+    words=st.lists(st.text(alphabet="abA -", min_size=1, max_size=4), min_size=1, max_size=3),
+    case_sensitive=st.booleans(),
+)
+def test_phrases_are_found_as_their_tokens_in_a_row(
+    text: str, words: list[str], case_sensitive: bool
+) -> None:
+    # The regex of a phrase's tokens marks what comparing the value's tokens in turn marks.
+    phrase = Phrase(tuple(words), case_sensitive=case_sensitive)
+    expected = _phrase_spans(phrase, token_spans(text))
+    assert _spans([phrase], "Title", text) == sorted(set(expected))
