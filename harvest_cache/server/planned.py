@@ -176,6 +176,7 @@ class PlannedRefresh:
         answer = self._answer
         assert answer is not None
         plan, peer = self._plan, self._upstream.peer_ip
+        self._path.planned += 1
         answer_planned(
             self._path,
             self,
@@ -186,4 +187,3 @@ class PlannedRefresh:
             plan.status,
             lambda: plan.tail_for(peer),
         )
-        self._path.planned += 1

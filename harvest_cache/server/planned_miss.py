@@ -177,8 +177,14 @@ class PlannedMiss:
     def _respond(self, body: bytes) -> None:
         plan, url, peer = self._plan, self._url, self._upstream.peer_ip
         answer = (self._client_head, body)
-        tail = lambda: plan.log_tail(url, peer)  # noqa: E731  (made only if logging)
-        answer_planned(
-            self._path, self, self._conn, answer, self._started, _RESULT, plan.status, tail
-        )
         self._path.planned_misses += 1
+        answer_planned(
+            self._path,
+            self,
+            self._conn,
+            answer,
+            self._started,
+            _RESULT,
+            plan.status,
+            lambda: plan.log_tail(url, peer),  # (made only if the log is on)
+        )
