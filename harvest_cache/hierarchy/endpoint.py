@@ -23,7 +23,7 @@ from harvest_cache.errors import IcpError, RequestError
 from harvest_cache.hierarchy.icp import FLAG_SRC_RTT, IcpMessage, Opcode, decode, encode, reply
 from harvest_cache.hierarchy.responder import answer_opcode, hit_until
 from harvest_cache.http.freshness import HeuristicRules
-from harvest_cache.http.target import Target, parse_absolute
+from harvest_cache.http.target import Target, canonical_url, parse_absolute
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.store.interface import Found, ObjectStore, StoredObject
 
@@ -46,6 +46,9 @@ class _Known:
     found: Found | None
     hit: bool
     until: float
+
+
+_NOTHING = _Known("", None, False, float("inf"))  # the answer for a URL nothing is held under
 
 
 class IcpEndpoint(asyncio.DatagramProtocol):
@@ -142,17 +145,21 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         ):
             if data.find(b"\x00", 24) != end:
                 return False  # a NUL inside the URL: malformed
-            try:
-                target = parse_absolute(spelt.decode("latin-1"))
-            except RequestError:
-                return False
-            found = self._store.get_memory(target.url)
-            if found is None and self._store.has_disk:
-                return False  # it may be on disk: looking is I/O
-            obj = found if isinstance(found, StoredObject) else None
-            hit, until = hit_until(obj, now, self._heuristics.for_url(target.url))
-            known = _Known(target.url, found, hit is not None, until)
-            if found is not None:  # (URLs held: one-off misses would crowd them out)
+            url = canonical_url(spelt)
+            if url is None:
+                try:
+                    url = parse_absolute(spelt.decode("latin-1")).url
+                except RequestError:
+                    return False
+            found = self._store.get_memory(url)
+            if found is None:
+                if self._store.has_disk:
+                    return False  # it may be on disk: looking is I/O
+                known = _NOTHING  # (not remembered: one-off misses would crowd out the rest)
+            else:
+                obj = found if isinstance(found, StoredObject) else None
+                hit, until = hit_until(obj, now, self._heuristics.for_url(url))
+                known = _Known(url, found, hit is not None, until)
                 if len(self._known) >= _KNOWN:
                     self._known.clear()
                 self._known[spelt] = known

@@ -27,7 +27,7 @@ from typing import cast
 
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.forwarding import HOP_BY_HOP, forwarded_head
-from harvest_cache.http.target import Target
+from harvest_cache.http.target import PLAIN_PATH, Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
 from harvest_cache.store.entry import StoredHead
 from harvest_cache.store.fields import Fields, shared_fields
@@ -41,8 +41,6 @@ _VARYING = frozenset({b"date", b"last-modified", b"etag", b"content-length"})
 # Fields that keep a response off a plan (see the module's docstring).
 _UNPLANNED = frozenset({b"vary", b"expires", b"via"})
 _PLAIN_CONNECTION = frozenset({b"keep-alive", b"close"})
-# A path and query that the target parser keeps as spelt (see ``parse_absolute``).
-_PLAIN_REST = re.compile(rb"/[!\x24-~]*")
 # Stand-ins for the varying values while the client head's template is made: no field
 # value can hold a NUL.
 _MARK = re.compile(rb"\x00(\d+)\x00")
@@ -82,7 +80,7 @@ class MissPlan:
     def rest_of(self, raw_target: bytes, slash: int) -> bytes | None:
         """The path and query of ``raw_target`` if it is one this plan can fetch."""
         rest = raw_target[slash:]
-        if _PLAIN_REST.fullmatch(rest) is None or (not self.queries and b"?" in rest):
+        if PLAIN_PATH.fullmatch(rest) is None or (not self.queries and b"?" in rest):
             return None
         return rest
 

@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harvest_cache.errors import RequestError
-from harvest_cache.http.target import Target, _parse_absolute, parse_absolute, parse_authority
+from harvest_cache.http.target import (
+    Target,
+    _parse_absolute,
+    canonical_url,
+    parse_absolute,
+    parse_authority,
+)
 from tests.fuzz.strategies import FUZZ, soup, weighted
 
 _hosts = st.sampled_from(
@@ -146,3 +152,39 @@ def test_connect_port_that_isdigit_but_is_no_int_is_refused(raw: str) -> None:
     with pytest.raises(RequestError) as refused:
         parse_authority(raw)
     assert refused.value.status == 400
+
+
+@settings(FUZZ, max_examples=600)
+@given(targets)
+def test_a_url_taken_as_spelt_is_its_cache_key(raw: str) -> None:
+    # canonical_url skips the parse only for a target that parses to itself.
+    encoded = raw.encode("utf-8", "surrogateescape")
+    taken = canonical_url(encoded)
+    outcome = _outcome(encoded.decode("latin-1"))
+    if taken is not None:
+        assert isinstance(outcome, Target)
+        assert outcome.url == taken == encoded.decode("latin-1")
+    elif isinstance(outcome, Target) and outcome.url == raw and raw.isascii():
+        # Refused although canonical: only spellings the fast parse keeps as they are.
+        assert any(c in raw for c in ' "#') or "/" not in raw[len("http://") :]
+
+
+def test_canonical_urls_are_taken_as_spelt() -> None:
+    for url in (
+        "http://example.com/",
+        "http://127.0.0.1:8080/obj/1k?r=x&n=3",
+        "http://[::1]:3128/a/../b?c=%20",
+    ):
+        assert canonical_url(url.encode()) == url
+    for url in (
+        "http://Example.com/",
+        "HTTP://example.com/",
+        "http://example.com:80/",
+        "http://example.com.:8080/x",
+        "http://example.com",
+        "http://example.com?q",
+        "http://u@example.com/",
+        "http://example.com/a b",
+        "http://example.com/a#f",
+    ):
+        assert canonical_url(url.encode()) is None, url
