@@ -76,7 +76,7 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         self._tasks = tasks
         self._transport: asyncio.DatagramTransport | None = None
         self._pending = 0
-        self._answers: dict[int, int] = {}  # by opcode number: cheaper to count
+        self._answers: dict[int, int] = {op: 0 for op in Opcode}  # by number: cheaper to count
         self.dropped = 0
         # Answers by the URL as queries spell it, and who may ask (both rebuilt on a reload).
         self._known: dict[bytes, _Known] = {}
@@ -88,12 +88,16 @@ class IcpEndpoint(asyncio.DatagramProtocol):
     @property
     def answered(self) -> dict[str, int]:
         """Replies sent, by opcode name."""
-        return {Opcode(op).name: n for op, n in self._answers.items()}
+        return {Opcode(op).name: n for op, n in self._answers.items() if n}
 
     def datagram_received(self, data: bytes, addr: Address) -> None:
         # The common case, taken straight from the bytes: a query with no options, from a
         # cache that may ask, answered from the memory tier (or the memo of earlier answers).
-        if data[:2] == _QUERY_V2 and data[8:12] == _NO_OPTIONS and self._answer_plain(data, addr):
+        if (
+            data.startswith(_QUERY_V2)
+            and data.startswith(_NO_OPTIONS, 8)
+            and self._answer_plain(data, addr)
+        ):
             return
         try:
             message = decode(data)
@@ -130,8 +134,9 @@ class IcpEndpoint(asyncio.DatagramProtocol):
     def _answer_plain(self, data: bytes, addr: Address) -> bool:
         """Answer a well-formed query with no options, if the memory tier can tell (or the
         memo of earlier answers for the URL as spelt); False leaves it to the full path."""
-        end = len(data) - 1
-        if end < 24 or data[end] != 0 or int.from_bytes(data[2:4], "big") != len(data):
+        size = len(data)
+        end = size - 1
+        if end < 24 or data[end] != 0 or data[2] << 8 | data[3] != size:
             return False
         if not self._may_ask(addr[0]):
             return False
@@ -167,17 +172,20 @@ class IcpEndpoint(asyncio.DatagramProtocol):
             opcode = Opcode.HIT
         else:
             opcode = Opcode.MISS if self._fetching() else Opcode.MISS_NOFETCH
-        self._answers[opcode] = self._answers.get(opcode, 0) + 1
+        self._answers[opcode] += 1
         # The query's request number and URL echoed; no options, no requester field.
-        reply = b"%c\x02%b%b%b%b" % (
+        length = size - 4
+        reply = b"%c\x02%c%c%b%b%b" % (
             opcode,
-            (len(data) - 4).to_bytes(2, "big"),
+            length >> 8,
+            length & 0xFF,
             data[4:8],
             _NO_FIELDS,
             data[24:],
         )
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.sendto(reply, addr)
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.sendto(reply, addr)
         return True
 
     async def _answer_from_disk(self, message: IcpMessage, addr: Address, target: Target) -> None:
@@ -210,7 +218,7 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         opcode: Opcode,
         rtt: tuple[int, int] | None = None,
     ) -> None:
-        self._answers[opcode] = self._answers.get(opcode, 0) + 1
+        self._answers[opcode] += 1
         self.send(encode(reply(message, opcode, rtt=rtt)), addr)
 
     def retarget(
