@@ -145,7 +145,9 @@ def _near_finder(word: Word) -> re.Pattern[str] | None:
     pieces = [text[i * cut : (i + 1) * cut] for i in range(errors)] + [text[errors * cut :]]
     flags = 0 if word.case_sensitive else re.IGNORECASE
     either = "|".join(re.escape(piece) for piece in pieces)
-    return re.compile(rf"(?<![^\W_])[^\W_]*?(?:{either})[^\W_]*", flags)
+    # (and a token's length within the errors of the word's, checked before the pieces)
+    sizes = f"{{{max(1, len(text) - errors)},{len(text) + errors}}}"
+    return re.compile(rf"(?<![^\W_])(?=[^\W_]{sizes}(?![^\W_]))[^\W_]*?(?:{either})[^\W_]*", flags)
 
 
 def _phrase_spans(phrase: Phrase, found: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
