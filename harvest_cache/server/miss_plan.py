@@ -62,7 +62,6 @@ def plan_key(client_ip: str, raw_target: bytes, fields: RawFields) -> tuple[Plan
 class MissPlan:
     host: str
     port: int
-    origin: bytes  # "http://host:port" as the target spells it (its canonical form)
     queries: bool  # whether URLs with a query are cached
     request_tail: bytes  # the upstream request after its path: " HTTP/1.1\r\n", fields, CRLF
     status: int
@@ -161,7 +160,6 @@ def plan_miss(
     if _needs_validator(stored):
         return None
     url = target.url
-    origin = url[: len(url) - len(target.path)]
     if raw_target != url.encode("latin-1") or target.path[:1] != "/":
         return None
     line = b"GET " + target.path.encode("latin-1")
@@ -214,7 +212,6 @@ def plan_miss(
     plan = MissPlan(
         host=target.host,
         port=target.port,
-        origin=origin.encode("latin-1"),
         queries=queries,
         request_tail=request[len(line) :],
         status=status,

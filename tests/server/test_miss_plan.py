@@ -141,7 +141,7 @@ def test_plan_of_an_nginx_miss_repeats_the_full_path_for_other_objects() -> None
 def test_planned_request_is_the_path_and_the_learned_fields() -> None:
     plan = planned()
     assert plan.request(b"/other?q=2") == b"GET /other?q=2" + REQUEST_TAIL
-    assert (plan.host, plan.port, plan.origin) == ("origin.test", 8080, b"http://origin.test:8080")
+    assert (plan.host, plan.port) == ("origin.test", 8080)
 
 
 def test_stored_head_shares_the_static_lines_and_interns_the_names() -> None:
