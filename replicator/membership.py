@@ -44,7 +44,7 @@ import math
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import ClassVar, TypeAlias
+from typing import ClassVar, Self, TypeAlias
 
 from replicator.errors import MembershipError
 
@@ -174,10 +174,10 @@ def _typed(data: object, kind: str) -> dict[str, object]:
 
 
 @dataclass(frozen=True, slots=True)
-class Ping:
-    """A direct probe; answered with an Ack of the same `seq`."""
+class _Beat:
+    """What a Ping and an Ack both are: a sequence number and a sender, carrying gossip."""
 
-    TYPE: ClassVar[str] = "ping"
+    TYPE: ClassVar[str]
     seq: int
     sender: str
     updates: tuple[Update, ...]
@@ -193,7 +193,7 @@ class Ping:
         }
 
     @classmethod
-    def from_json(cls, data: object) -> Ping:
+    def from_json(cls, data: object) -> Self:
         fields = _typed(data, cls.TYPE)
         return cls(
             seq=_count(fields, "seq", cls.TYPE),
@@ -201,6 +201,13 @@ class Ping:
             updates=_updates(fields, "updates", cls.TYPE),
             sender_address=_string(fields, "sender_address", cls.TYPE),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(_Beat):
+    """A direct probe; answered with an Ack of the same `seq`."""
+
+    TYPE: ClassVar[str] = "ping"
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,33 +247,10 @@ class PingReq:
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(_Beat):
     """The answer to a Ping, or an intermediary's relay of one for a PingReq."""
 
     TYPE: ClassVar[str] = "ack"
-    seq: int
-    sender: str
-    updates: tuple[Update, ...]
-    sender_address: str
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "type": self.TYPE,
-            "seq": self.seq,
-            "sender": self.sender,
-            "sender_address": self.sender_address,
-            "updates": [u.to_json() for u in self.updates],
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> Ack:
-        fields = _typed(data, cls.TYPE)
-        return cls(
-            seq=_count(fields, "seq", cls.TYPE),
-            sender=_string(fields, "sender", cls.TYPE, nonempty=True),
-            updates=_updates(fields, "updates", cls.TYPE),
-            sender_address=_string(fields, "sender_address", cls.TYPE),
-        )
 
 
 @dataclass(frozen=True, slots=True)
