@@ -19,6 +19,7 @@ import httptools
 from harvest_cache.config import Config
 from harvest_cache.errors import RequestError
 from harvest_cache.http.headers import Headers
+from harvest_cache.server.head_memo import HeadMemo, ParsedHead
 from harvest_cache.server.hot import SLOW_FIELDS
 from harvest_cache.server.request import BodyStream, Request
 from harvest_cache.server.tasks import TaskSet
@@ -32,6 +33,8 @@ _GATHER = 4096
 
 
 class Handler(Protocol):
+    heads: HeadMemo  # heads answered by ``serve_fast``, to answer again unparsed
+
     async def handle(self, req: Request, conn: ClientConnection) -> None: ...
 
     def serve_fast(
@@ -88,6 +91,9 @@ class ClientConnection(asyncio.Protocol):
         self._url = bytearray()
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._slow = False  # a field seen that keeps this request off the hit fast path
+        # fast hits parsed in the current read, and the last one's head (for ``handler.heads``)
+        self._fast_heads = 0
+        self._fast_head: ParsedHead | None = None
         self._field_bytes = 0
         self._head_bytes = 0
         self._in_head = False
@@ -159,7 +165,15 @@ class ClientConnection(asyncio.Protocol):
             return
         if self._stopped_reading:
             return
+        fresh = False  # this read begins a request while none is being answered
         if not self._in_head and self._current is None:
+            if not self.busy:
+                parsed = self.handler.heads.get(data)
+                if parsed is not None and self.handler.serve_fast(self, *parsed):
+                    self.handler.heads.reused += 1
+                    self._fast_done(parsed.keep_alive)
+                    return
+                fresh = True
             self._start_head()
         if self._in_head:
             self._head_bytes += len(data)
@@ -177,6 +191,7 @@ class ClientConnection(asyncio.Protocol):
                 # Other upgrades are not done (Upgrade is dropped as hop-by-hop): what
                 # follows is the next HTTP/1.1 request, for a fresh parser.
                 self._parser = httptools.HttpRequestParser(self)
+                fresh = False  # (``data`` is only the rest of the read now)
                 continue
             except httptools.HttpParserCallbackError as e:
                 if isinstance(e.__context__, RequestError):
@@ -187,6 +202,12 @@ class ClientConnection(asyncio.Protocol):
                 self._reject(RequestError(400, f"malformed request: {e}"))
                 return
             break
+        if self._fast_head is not None:
+            # One fast hit that came alone in one read: its bytes will parse the same again.
+            if fresh and self._fast_heads == 1 and not self._in_head and not self.busy:
+                self.handler.heads.add(data, self._fast_head)
+            self._fast_head = None
+            self._fast_heads = 0
         limit = self._config.max_request_line + self._config.max_header_bytes
         if self._in_head and self._head_bytes > limit:
             self._reject(RequestError(431, "request head too large"))
@@ -276,12 +297,17 @@ class ClientConnection(asyncio.Protocol):
             return True
         self._url = bytearray()
         self._raw_headers = []
+        self._fast_head = ParsedHead(method, target, version, keep_alive)
+        self._fast_heads += 1
+        self._fast_done(keep_alive)
+        return True
+
+    def _fast_done(self, keep_alive: bool) -> None:
         if not keep_alive:
             self._stop_reading()
             self.close()
         else:
             self._arm_idle()
-        return True
 
     def on_body(self, body: bytes) -> None:
         req = self._current

@@ -50,6 +50,7 @@ from harvest_cache.server.fetch import (
     variant_key,
 )
 from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, StartedFetch
+from harvest_cache.server.head_memo import HeadMemo
 from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
 from harvest_cache.server.lean import LeanPath
 from harvest_cache.server.planned import start_planned
@@ -141,6 +142,7 @@ class Proxy:
         self._fetcher = Fetcher(config, name, store, router, tasks.spawn)
         self._refreshing: set[str] = set()  # keys revalidated in the background
         self._hot = HotIndex(store, name, config.server.cache_status_key)
+        self.heads = HeadMemo()
         self.lean = LeanPath(
             config, name, store, pool, self._fetcher, access_log, traffic, self.heuristics, tasks
         )

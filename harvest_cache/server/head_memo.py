@@ -1,0 +1,49 @@
+"""Request heads answered from the hit fast path, remembered by their exact bytes.
+
+A keep-alive client asking for an object again sends the bytes it sent last time: the same
+request line, the same fields in the same order. A head that arrived alone in one read, was
+parsed from a fresh parser state and was answered as a fast hit is kept here with what the
+parser made of it, so the next identical read is answered without parsing it again. The same
+bytes parse the same way under the same limits, so the memo only skips work whose outcome is
+known; a memo belongs to one configuration (its proxy).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# Longer heads (cookies, long URLs) are parsed every time; the bound keeps the memo small.
+MAX_HEAD = 2048
+_MAX_ENTRIES = 4096
+
+
+class ParsedHead(NamedTuple):
+    """What the parser found in a head: the arguments of ``serve_fast``."""
+
+    method: bytes
+    target: bytes
+    version: str
+    keep_alive: bool
+
+
+class HeadMemo:
+    """At most 4,096 heads of at most 2 KiB each; the oldest is forgotten first."""
+
+    def __init__(self) -> None:
+        self._heads: dict[bytes, ParsedHead] = {}
+        self.reused = 0  # requests answered unparsed (counted by the connections)
+
+    def get(self, data: bytes) -> ParsedHead | None:
+        if len(data) > MAX_HEAD:
+            return None  # (not hashed: a request body can arrive in large reads)
+        return self._heads.get(data)
+
+    def add(self, data: bytes, head: ParsedHead) -> None:
+        if len(data) > MAX_HEAD:
+            return
+        if len(self._heads) >= _MAX_ENTRIES:
+            del self._heads[next(iter(self._heads))]
+        self._heads[data] = head
+
+    def __len__(self) -> int:
+        return len(self._heads)

@@ -1,0 +1,261 @@
+"""Request heads answered again unparsed: a keep-alive client repeating the exact bytes of a
+head that was a fast hit is answered from ``cache.proxy.heads`` (counted by its ``reused``).
+
+Every test checks behaviour on real sockets: what the client receives, what the origin saw.
+Reads that hold more or less than one head must never be remembered; if they were, a client
+repeating them would get too few answers, which ``read_response``'s deadline turns into a
+failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from aiohttp import web
+
+from harvest_cache.server.app import CacheServer
+from harvest_cache.server.head_memo import MAX_HEAD
+from tests.support import (
+    MakeCache,
+    Origin,
+    RawResponse,
+    closed_by_peer,
+    open_proxy,
+    read_response,
+    request_bytes,
+    static,
+    stop_and_read_log,
+)
+
+FRESH = {"Cache-Control": "max-age=600"}
+
+
+def port(cache: CacheServer) -> int:
+    return cache.address[1]
+
+
+def reused(cache: CacheServer) -> int:
+    return cache.proxy.heads.reused
+
+
+def comparable(resp: RawResponse) -> bytes:
+    """The head with Age and the ttl left out, which change from second to second."""
+    head = re.sub(rb"\r\nAge: \d+", b"", resp.head)
+    return re.sub(rb"ttl=\d+", b"ttl=", head)
+
+
+async def exchange(
+    writer: asyncio.StreamWriter, reader: asyncio.StreamReader, data: bytes, answers: int = 1
+) -> list[RawResponse]:
+    writer.write(data)
+    return [await read_response(reader) for _ in range(answers)]
+
+
+async def test_a_repeated_head_is_answered_unparsed_and_alike(
+    origin: Origin, cache: CacheServer
+) -> None:
+    origin.route("/m", static(b"memo body", FRESH))
+    head = request_bytes("GET", origin.url("/m"))
+    reader, writer = await open_proxy(port(cache))
+    try:
+        # A miss; a memory hit (which readies the hit fast path); a fast hit, parsed and
+        # remembered; the same again, unparsed.
+        miss, _, fast, again = [(await exchange(writer, reader, head))[0] for _ in range(4)]
+    finally:
+        writer.close()
+    assert reused(cache) == 1
+    assert miss.body == fast.body == again.body == b"memo body"
+    assert comparable(again) == comparable(fast)
+    assert "hit" in (again.get("Cache-Status") or "")
+    assert again.get("Age") is not None
+    assert origin.hits["/m"] == 1
+
+    # Another connection sending the same bytes is answered from the same memo.
+    reader, writer = await open_proxy(port(cache))
+    try:
+        (other,) = await exchange(writer, reader, head)
+    finally:
+        writer.close()
+    assert other.body == b"memo body"
+    assert reused(cache) == 2
+
+
+async def test_heads_answered_unparsed_are_logged_and_counted(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    cache = await make_cache()
+    origin.route("/log", static(b"x" * 300, FRESH))
+    get, head = request_bytes("GET", origin.url("/log")), request_bytes("HEAD", origin.url("/log"))
+    reader, writer = await open_proxy(port(cache))
+    try:
+        for data, method in [(get, "GET")] * 4 + [(head, "HEAD")] * 3:
+            writer.write(data)
+            resp = await read_response(reader, method=method)
+            assert resp.status == 200
+            assert resp.body == (b"x" * 300 if method == "GET" else b"")
+            assert resp.get("Content-Length") == "300"
+    finally:
+        writer.close()
+    assert reused(cache) == 1 + 2  # the fourth GET, the second and third HEAD
+    assert sum(cache.traffic.fast_hits.values()) == 2 + 3
+    lines = await stop_and_read_log(cache)
+    assert [(line.method, line.result, line.bytes > 300) for line in lines] == [
+        ("GET", "TCP_MISS", True)
+    ] + [("GET", "TCP_MEM_HIT", True)] * 3 + [("HEAD", "TCP_MEM_HIT", False)] * 3
+
+
+async def test_an_object_no_longer_held_is_fetched_again(
+    origin: Origin, cache: CacheServer
+) -> None:
+    version = {"n": 1}
+
+    async def changing(request: web.Request) -> web.Response:
+        if request.method == "POST":
+            version["n"] += 1
+            return web.Response(text="posted", headers={"Cache-Control": "no-store"})
+        return web.Response(text=f"version {version['n']}", headers=FRESH)
+
+    origin.route("/c", changing)
+    get = request_bytes("GET", origin.url("/c"))
+    reader, writer = await open_proxy(port(cache))
+    try:
+        bodies = [(await exchange(writer, reader, get))[0].body for _ in range(4)]
+        assert reused(cache) == 1
+        # An unsafe method invalidates the stored response: the same bytes now miss.
+        (posted,) = await exchange(writer, reader, request_bytes("POST", origin.url("/c")))
+        (after,) = await exchange(writer, reader, get)
+    finally:
+        writer.close()
+    assert bodies == [b"version 1"] * 4
+    assert posted.body == b"posted"
+    assert after.body == b"version 2"
+    assert reused(cache) == 1
+    assert origin.hits["/c"] == 3  # GET, POST, GET
+
+
+async def test_reads_holding_two_heads_are_not_remembered(
+    origin: Origin, cache: CacheServer
+) -> None:
+    origin.route("/a", static(b"first", FRESH))
+    origin.route("/b", static(b"second", FRESH))
+    a, b = request_bytes("GET", origin.url("/a")), request_bytes("GET", origin.url("/b"))
+    revalidate = request_bytes("GET", origin.url("/b"), headers=[("Cache-Control", "no-cache")])
+    reader, writer = await open_proxy(port(cache))
+    try:
+        for data in (a, b) * 3:  # stored, hot, remembered
+            await exchange(writer, reader, data)
+        before = reused(cache)
+        for _ in range(3):
+            answers = await exchange(writer, reader, a + b, answers=2)
+            assert [r.body for r in answers] == [b"first", b"second"]
+            answers = await exchange(writer, reader, a + a, answers=2)
+            assert [r.body for r in answers] == [b"first", b"first"]
+            # A hot head, then a request for the full handling (queued behind it).
+            answers = await exchange(writer, reader, a + revalidate, answers=2)
+            assert [r.body for r in answers] == [b"first", b"second"]
+    finally:
+        writer.close()
+    assert reused(cache) == before
+    assert len(cache.proxy.heads) == 2  # a and b, each remembered when it came alone
+
+
+async def test_a_head_split_over_reads_or_followed_by_more_is_not_remembered(
+    origin: Origin, cache: CacheServer
+) -> None:
+    origin.route("/s", static(b"split", FRESH))
+    origin.route("/t", static(b"tail", FRESH))
+    s, t = request_bytes("GET", origin.url("/s")), request_bytes("GET", origin.url("/t"))
+    reader, writer = await open_proxy(port(cache))
+    try:
+        await exchange(writer, reader, s)
+        await exchange(writer, reader, t)
+        for _ in range(3):
+            # A hot head, then the start of the next one: read by the parser, both answered.
+            writer.write(s + t[:10])
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            answers = await exchange(writer, reader, t[10:], answers=2)
+            assert [r.body for r in answers] == [b"split", b"tail"]
+            # A hot head in two pieces.
+            writer.write(s[:7])
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            (resp,) = await exchange(writer, reader, s[7:])
+            assert resp.body == b"split"
+    finally:
+        writer.close()
+    assert reused(cache) == 0
+    assert len(cache.proxy.heads) == 0
+
+
+async def test_an_http10_head_answered_unparsed_still_closes(
+    origin: Origin, cache: CacheServer
+) -> None:
+    origin.route("/old", static(b"old client", FRESH))
+    head = request_bytes("GET", origin.url("/old"), version="1.0")
+    for _ in range(4):
+        reader, writer = await open_proxy(port(cache))
+        try:
+            (resp,) = await exchange(writer, reader, head)
+            assert resp.body == b"old client"
+            assert resp.get("Connection") == "close"
+            assert await closed_by_peer(reader)
+        finally:
+            writer.close()
+    assert reused(cache) == 1
+
+    keep = request_bytes(
+        "GET", origin.url("/old"), version="1.0", headers=[("Connection", "keep-alive")]
+    )
+    reader, writer = await open_proxy(port(cache))
+    try:
+        for _ in range(3):
+            (resp,) = await exchange(writer, reader, keep)
+            assert resp.get("Connection") == "keep-alive"
+            assert resp.body == b"old client"
+    finally:
+        writer.close()
+    assert reused(cache) == 1 + 2
+
+
+async def test_long_heads_and_slow_requests_are_always_parsed(
+    origin: Origin, cache: CacheServer
+) -> None:
+    origin.route("/long", static(b"long", FRESH))
+    long = request_bytes("GET", origin.url("/long"), headers=[("X-Pad", "p" * MAX_HEAD)])
+    conditional = request_bytes(
+        "GET", origin.url("/long"), headers=[("Cache-Control", "max-age=600")]
+    )
+    reader, writer = await open_proxy(port(cache))
+    try:
+        for data in [long] * 4 + [conditional] * 3:
+            (resp,) = await exchange(writer, reader, data)
+            assert resp.body == b"long"
+    finally:
+        writer.close()
+    assert reused(cache) == 0
+    assert len(cache.proxy.heads) == 0
+    assert origin.hits["/long"] == 1
+
+
+async def test_an_upgrade_request_is_not_remembered(origin: Origin, cache: CacheServer) -> None:
+    origin.route("/up", static(b"no upgrade", FRESH))
+    plain = request_bytes("GET", origin.url("/up"))
+    upgrade = request_bytes(
+        "GET", origin.url("/up"), headers=[("Connection", "upgrade"), ("Upgrade", "h2c")]
+    )
+    reader, writer = await open_proxy(port(cache))
+    try:
+        for _ in range(3):
+            await exchange(writer, reader, plain)
+        for _ in range(3):
+            (resp,) = await exchange(writer, reader, upgrade)
+            assert resp.status == 200
+            assert resp.body == b"no upgrade"
+        (resp,) = await exchange(writer, reader, plain)
+        assert resp.body == b"no upgrade"
+    finally:
+        writer.close()
+    assert len(cache.proxy.heads) == 1  # the plain head only
+    assert reused(cache) == 1
