@@ -15,7 +15,7 @@ import re
 from aiohttp import web
 
 from harvest_cache.server.app import CacheServer
-from harvest_cache.server.head_memo import MAX_HEAD
+from harvest_cache.server.head_memo import MAX_HEAD, HeadMemo
 from tests.support import (
     MakeCache,
     Origin,
@@ -35,8 +35,13 @@ def port(cache: CacheServer) -> int:
     return cache.address[1]
 
 
+def heads(cache: CacheServer) -> HeadMemo:
+    assert cache.proxy is not None
+    return cache.proxy.heads
+
+
 def reused(cache: CacheServer) -> int:
-    return cache.proxy.heads.reused
+    return heads(cache).reused
 
 
 def comparable(resp: RawResponse) -> bytes:
@@ -157,7 +162,7 @@ async def test_reads_holding_two_heads_are_not_remembered(
     finally:
         writer.close()
     assert reused(cache) == before
-    assert len(cache.proxy.heads) == 2  # a and b, each remembered when it came alone
+    assert len(heads(cache)) == 2  # a and b, each remembered when it came alone
 
 
 async def test_a_head_split_over_reads_or_followed_by_more_is_not_remembered(
@@ -186,7 +191,7 @@ async def test_a_head_split_over_reads_or_followed_by_more_is_not_remembered(
     finally:
         writer.close()
     assert reused(cache) == 0
-    assert len(cache.proxy.heads) == 0
+    assert len(heads(cache)) == 0
 
 
 async def test_an_http10_head_answered_unparsed_still_closes(
@@ -235,7 +240,7 @@ async def test_long_heads_and_slow_requests_are_always_parsed(
     finally:
         writer.close()
     assert reused(cache) == 0
-    assert len(cache.proxy.heads) == 0
+    assert len(heads(cache)) == 0
     assert origin.hits["/long"] == 1
 
 
@@ -257,5 +262,5 @@ async def test_an_upgrade_request_is_not_remembered(origin: Origin, cache: Cache
         assert resp.body == b"no upgrade"
     finally:
         writer.close()
-    assert len(cache.proxy.heads) == 1  # the plain head only
+    assert len(heads(cache)) == 1  # the plain head only
     assert reused(cache) == 1
