@@ -8,6 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, KeysView
 from functools import lru_cache
 
+# Fields as a parser read them: raw names and values, in order.
+RawFields = tuple[tuple[bytes, bytes], ...]
+
 
 def split_list(value: str) -> list[str]:
     """Split a comma-separated field value into its members, respecting quoted strings."""

@@ -18,7 +18,7 @@ import httptools
 
 from harvest_cache.config import Config
 from harvest_cache.errors import RequestError
-from harvest_cache.http.headers import Headers
+from harvest_cache.http.headers import Headers, RawFields
 from harvest_cache.server.head_memo import HeadMemo, ParsedHead
 from harvest_cache.server.hot import SLOW_FIELDS
 from harvest_cache.server.request import BodyStream, Request
@@ -33,7 +33,7 @@ _GATHER = 4096
 
 
 class Handler(Protocol):
-    heads: HeadMemo  # heads answered by ``serve_fast``, to answer again unparsed
+    heads: HeadMemo  # heads answered by ``serve_fast`` or a plan, to answer again unparsed
 
     async def handle(self, req: Request, conn: ClientConnection) -> None: ...
 
@@ -42,9 +42,7 @@ class Handler(Protocol):
     ) -> bool:
         """Answer a plain GET/HEAD at once from the hit fast path; False if it cannot."""
 
-    def serve_planned(
-        self, conn: ClientConnection, target: bytes, fields: list[tuple[bytes, bytes]]
-    ) -> bool:
+    def serve_planned(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
         """Start answering a plain keep-alive HTTP/1.1 GET from a refresh plan; False if
         none applies. If one does, as for ``serve_lean``."""
 
@@ -91,9 +89,9 @@ class ClientConnection(asyncio.Protocol):
         self._url = bytearray()
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._slow = False  # a field seen that keeps this request off the hit fast path
-        # fast hits parsed in the current read, and the last one's head (for ``handler.heads``)
-        self._fast_heads = 0
-        self._fast_head: ParsedHead | None = None
+        # heads parsed in the current read, and the last if it was answered (``_answer``)
+        self._heads_read = 0
+        self._answered: ParsedHead | None = None
         self._field_bytes = 0
         self._head_bytes = 0
         self._in_head = False
@@ -169,9 +167,8 @@ class ClientConnection(asyncio.Protocol):
         if not self._in_head and self._current is None:
             if not self.busy:
                 parsed = self.handler.heads.get(data)
-                if parsed is not None and self.handler.serve_fast(self, *parsed):
+                if parsed is not None and self._answer(parsed):
                     self.handler.heads.reused += 1
-                    self._fast_done(parsed.keep_alive)
                     return
                 fresh = True
             self._start_head()
@@ -202,12 +199,14 @@ class ClientConnection(asyncio.Protocol):
                 self._reject(RequestError(400, f"malformed request: {e}"))
                 return
             break
-        if self._fast_head is not None:
-            # One fast hit that came alone in one read: its bytes will parse the same again.
-            if fresh and self._fast_heads == 1 and not self._in_head and not self.busy:
-                self.handler.heads.add(data, self._fast_head)
-            self._fast_head = None
-            self._fast_heads = 0
+        if self._heads_read:
+            # One head that came alone in one read, and was answered: these bytes will parse
+            # the same way again.
+            answered = self._answered
+            if fresh and self._heads_read == 1 and answered is not None and not self._in_head:
+                self.handler.heads.add(data, answered)
+            self._answered = None
+            self._heads_read = 0
         limit = self._config.max_request_line + self._config.max_header_bytes
         if self._in_head and self._head_bytes > limit:
             self._reject(RequestError(431, "request head too large"))
@@ -251,6 +250,7 @@ class ClientConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._heads_read += 1
         parser = self._parser
         if not self.busy and self._try_fast():
             return
@@ -282,32 +282,39 @@ class ClientConnection(asyncio.Protocol):
         method = self._parser.get_method()
         if self._slow or method not in (b"GET", b"HEAD"):
             return False
-        keep_alive = self._parser.should_keep_alive()
-        version = self._parser.get_http_version()
-        target = bytes(self._url)
-        if not self.handler.serve_fast(self, method, target, version, keep_alive):
-            if method != b"GET" or version != "1.1" or not keep_alive:
-                return False
-            self._lean = True
-            if not self.handler.serve_planned(self, target, self._raw_headers):
-                self._lean = False
-                return False
-            self._url = bytearray()
-            self._raw_headers = []  # (the planned fetch keeps the old list)
-            return True
+        parser = self._parser
+        head = ParsedHead(
+            method,
+            bytes(self._url),
+            parser.get_http_version(),
+            parser.should_keep_alive(),
+            tuple(self._raw_headers),
+        )
+        if not self._answer(head):
+            return False
         self._url = bytearray()
         self._raw_headers = []
-        self._fast_head = ParsedHead(method, target, version, keep_alive)
-        self._fast_heads += 1
-        self._fast_done(keep_alive)
+        self._answered = head
         return True
 
-    def _fast_done(self, keep_alive: bool) -> None:
-        if not keep_alive:
-            self._stop_reading()
-            self.close()
-        else:
-            self._arm_idle()
+    def _answer(self, head: ParsedHead) -> bool:
+        """Answer a plain GET or HEAD from the hit fast path, or start answering it from a
+        plan; False if neither applies."""
+        method, target, version, keep_alive, fields = head
+        if self.handler.serve_fast(self, method, target, version, keep_alive):
+            if not keep_alive:
+                self._stop_reading()
+                self.close()
+            else:
+                self._arm_idle()
+            return True
+        if method != b"GET" or version != "1.1" or not keep_alive:
+            return False
+        self._lean = True
+        if self.handler.serve_planned(self, target, fields):
+            return True
+        self._lean = False
+        return False
 
     def on_body(self, body: bytes) -> None:
         req = self._current

@@ -1,16 +1,18 @@
-"""Request heads answered from the hit fast path, remembered by their exact bytes.
+"""Request heads answered without the full handling, remembered by their exact bytes.
 
 A keep-alive client asking for an object again sends the bytes it sent last time: the same
 request line, the same fields in the same order. A head that arrived alone in one read, was
-parsed from a fresh parser state and was answered as a fast hit is kept here with what the
-parser made of it, so the next identical read is answered without parsing it again. The same
-bytes parse the same way under the same limits, so the memo only skips work whose outcome is
-known; a memo belongs to one configuration (its proxy).
+parsed from a fresh parser state and was answered from the hit fast path or a plan is kept
+here with what the parser made of it, so the next identical read is answered without parsing
+it again. The same bytes parse the same way under the same limits, so the memo only skips work
+whose outcome is known; a memo belongs to one configuration (its proxy).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from harvest_cache.http.headers import RawFields
 
 # Longer heads (cookies, long URLs) are parsed every time; the bound keeps the memo small.
 MAX_HEAD = 2048
@@ -18,12 +20,13 @@ _MAX_ENTRIES = 4096
 
 
 class ParsedHead(NamedTuple):
-    """What the parser found in a head: the arguments of ``serve_fast``."""
+    """What the parser found in a head: what the hit fast path and the plans take."""
 
     method: bytes
     target: bytes
     version: str
     keep_alive: bool
+    fields: RawFields
 
 
 class HeadMemo:

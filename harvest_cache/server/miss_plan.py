@@ -27,12 +27,12 @@ from typing import cast
 
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.forwarding import HOP_BY_HOP, forwarded_head
+from harvest_cache.http.headers import RawFields
 from harvest_cache.http.target import PLAIN_PATH, Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
 from harvest_cache.store.entry import StoredHead
 from harvest_cache.store.fields import Fields, shared_fields
 
-RawFields = tuple[tuple[bytes, bytes], ...]
 # Who asks, for which origin ("http://host:port", as spelt), with which request fields.
 PlanKey = tuple[str, bytes, RawFields]
 

@@ -15,7 +15,7 @@ import time
 from harvest_cache.errors import UpstreamError
 from harvest_cache.http.cache_status import cache_status
 from harvest_cache.http.freshness import age_value
-from harvest_cache.http.headers import Headers
+from harvest_cache.http.headers import Headers, RawFields
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.flight import FlightHead
 from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded
@@ -27,9 +27,7 @@ from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 _RESULT = "TCP_REFRESH_UNMODIFIED"
 
 
-def start_planned(
-    path: LeanPath, conn: ClientConnection, target: bytes, fields: list[tuple[bytes, bytes]]
-) -> bool:
+def start_planned(path: LeanPath, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
     """Begin answering a plain keep-alive HTTP/1.1 GET for ``target`` with ``fields`` from a
     plan; False if none applies (the request then goes on as usual)."""
     plan = path.plans.get(target)
@@ -71,7 +69,7 @@ class PlannedRefresh:
         plan: RefreshPlan,
         conn: ClientConnection,
         upstream: UpstreamConnection,
-        fields: list[tuple[bytes, bytes]],
+        fields: RawFields,
     ) -> None:
         self._path = path
         self._plan = plan
@@ -166,7 +164,7 @@ class PlannedRefresh:
             self._flight,
             target=plan.target,
             raw_target=plan.raw_target.decode("latin-1"),
-            fields=tuple(self._fields),
+            fields=self._fields,
             started=self._started,
             stored=plan.obj,
             request_time=self._request_time,

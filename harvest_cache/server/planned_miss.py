@@ -13,11 +13,12 @@ import time
 
 from harvest_cache.errors import UpstreamError
 from harvest_cache.http.forwarding import end_to_end
+from harvest_cache.http.headers import RawFields
 from harvest_cache.http.target import Target
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.flight import FlightHead
 from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded
-from harvest_cache.server.miss_plan import MissPlan, RawFields, plan_key
+from harvest_cache.server.miss_plan import MissPlan, plan_key
 from harvest_cache.server.planning import answer_planned, send_planned, unplanned
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 
@@ -25,11 +26,11 @@ _RESULT = "TCP_MISS"
 
 
 def start_planned_miss(
-    path: LeanPath, conn: ClientConnection, target: bytes, fields: list[tuple[bytes, bytes]]
+    path: LeanPath, conn: ClientConnection, target: bytes, fields: RawFields
 ) -> bool:
     """Begin a plain keep-alive HTTP/1.1 GET for ``target`` with ``fields`` from a miss plan;
     False if none applies (the request then goes on as usual)."""
-    found = plan_key(conn.client_ip, target, tuple(fields))
+    found = plan_key(conn.client_ip, target, fields)
     if found is None:
         return False
     key, slash = found

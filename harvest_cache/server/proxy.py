@@ -25,7 +25,7 @@ from harvest_cache.http.freshness import (
     current_age,
     explicit_lifetime,
 )
-from harvest_cache.http.headers import Headers
+from harvest_cache.http.headers import Headers, RawFields
 from harvest_cache.http.policy import (
     Fresh,
     evaluate,
@@ -188,9 +188,7 @@ class Proxy:
             self._log.write(line + (entry.head_tail if head_only else entry.get_tail))
         return True
 
-    def serve_planned(
-        self, conn: ClientConnection, target: bytes, fields: list[tuple[bytes, bytes]]
-    ) -> bool:
+    def serve_planned(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
         if not self._access.client_allowed(conn.client_ip):
             return False
         if start_planned(self.lean, conn, target, fields):

@@ -21,16 +21,14 @@ from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.dates import parse_http_date
 from harvest_cache.http.forwarding import forwarded_head
 from harvest_cache.http.freshness import initial_age
-from harvest_cache.http.headers import stored_fields
+from harvest_cache.http.headers import RawFields, stored_fields
 from harvest_cache.http.target import Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
 from harvest_cache.store.entry import StoredHead
+from harvest_cache.store.fields import Fields
 from harvest_cache.store.interface import StoredObject
 
 _MAX_PLANS = 4096
-
-Fields = tuple[tuple[str, str], ...]
-RawFields = tuple[tuple[bytes, bytes], ...]
 
 
 @dataclass(slots=True)
@@ -57,10 +55,10 @@ class RefreshPlan:
     peer: str  # the origin address the log tail names
     log_tail: bytes
 
-    def applies(self, obj: object, client_ip: str, fields: list[tuple[bytes, bytes]]) -> bool:
+    def applies(self, obj: object, client_ip: str, fields: RawFields) -> bool:
         """Whether this plan's request is the one to send for a request of ``fields`` from
         ``client_ip`` while the memory tier holds ``obj``."""
-        return obj is self.obj and client_ip == self.client_ip and tuple(fields) == self.shape
+        return obj is self.obj and client_ip == self.client_ip and fields == self.shape
 
     def stale(self, now: float) -> bool:
         """Whether the object needs validation at ``now`` (else it is a hit)."""

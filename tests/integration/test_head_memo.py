@@ -1,5 +1,6 @@
 """Request heads answered again unparsed: a keep-alive client repeating the exact bytes of a
-head that was a fast hit is answered from ``cache.proxy.heads`` (counted by its ``reused``).
+head that was a fast hit, or answered from a refresh plan, is answered from
+``cache.proxy.heads`` (counted by its ``reused``).
 
 Every test checks behaviour on real sockets: what the client receives, what the origin saw.
 Reads that hold more or less than one head must never be remembered; if they were, a client
@@ -16,6 +17,9 @@ from aiohttp import web
 
 from harvest_cache.server.app import CacheServer
 from harvest_cache.server.head_memo import MAX_HEAD, HeadMemo
+from tests.integration.test_miss_fast_path import params
+from tests.integration.test_planned_refresh import BODY as PLANNED_BODY
+from tests.integration.test_planned_refresh import FIELDS, planned, planned_setup
 from tests.support import (
     MakeCache,
     Origin,
@@ -264,3 +268,69 @@ async def test_an_upgrade_request_is_not_remembered(origin: Origin, cache: Cache
         writer.close()
     assert len(heads(cache)) == 1  # the plain head only
     assert reused(cache) == 1
+
+
+# -- heads answered from a refresh plan ---------------------------------------------------------
+
+
+async def test_a_repeated_planned_head_is_answered_unparsed(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    cache, url, state = await planned_setup(make_cache, origin)
+    head = request_bytes("GET", url, headers=FIELDS)
+    conditional, planned_before = state.conditional, planned(cache)
+    reader, writer = await open_proxy(port(cache))
+    try:
+        answers = [(await exchange(writer, reader, head))[0] for _ in range(4)]
+    finally:
+        writer.close()
+    assert reused(cache) == 3  # the first was parsed, answered from the plan and remembered
+    assert planned(cache) == planned_before + 4
+    assert state.conditional == conditional + 4  # each one revalidated at the origin
+    for resp in answers:
+        assert (resp.status, resp.body) == (200, PLANNED_BODY)
+        assert (params(resp).get("fwd"), params(resp).get("fwd-status")) == ("stale", "304")
+    assert len({comparable(resp) for resp in answers}) == 1
+
+
+async def test_a_remembered_planned_head_whose_object_changed_is_answered_in_full(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    cache, url, state = await planned_setup(make_cache, origin)
+    head = request_bytes("GET", url, headers=FIELDS)
+    reader, writer = await open_proxy(port(cache))
+    try:
+        for _ in range(2):
+            (resp,) = await exchange(writer, reader, head)
+            assert resp.body == PLANNED_BODY
+        assert reused(cache) == 1
+        # The origin changes the object: its 200 is not the planned 304.
+        state.body, state.etag = b"a new body", '"p2"'
+        for _ in range(3):
+            (resp,) = await exchange(writer, reader, head)
+            assert (resp.status, resp.body) == (200, b"a new body")
+    finally:
+        writer.close()
+    assert state.unconditional == 1
+    # The memo still finds the head and the plan decides: the first request after the change
+    # is sent from the old plan and its 200 handled in full; the next finds no plan that
+    # applies (parsed, revalidated in full, planned again); the last is planned.
+    assert reused(cache) == 3
+
+
+async def test_a_planned_head_followed_by_another_is_not_remembered(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    cache, url, _ = await planned_setup(make_cache, origin)
+    origin.route("/other", static(b"other", FRESH))
+    head = request_bytes("GET", url, headers=FIELDS)
+    other = request_bytes("GET", origin.url("/other"))
+    reader, writer = await open_proxy(port(cache))
+    try:
+        for _ in range(3):
+            answers = await exchange(writer, reader, head + other, answers=2)
+            assert [r.body for r in answers] == [PLANNED_BODY, b"other"]
+    finally:
+        writer.close()
+    assert reused(cache) == 0
+    assert len(heads(cache)) == 0

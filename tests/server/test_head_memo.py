@@ -6,7 +6,7 @@ from harvest_cache.server.head_memo import MAX_HEAD, HeadMemo, ParsedHead
 
 
 def parsed(n: int) -> ParsedHead:
-    return ParsedHead(b"GET", b"http://h/%d" % n, "1.1", True)
+    return ParsedHead(b"GET", b"http://h/%d" % n, "1.1", True, ((b"Host", b"h"),))
 
 
 def head(n: int) -> bytes:

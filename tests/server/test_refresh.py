@@ -377,18 +377,18 @@ def test_date_of_leaves_the_reply_alone() -> None:
 
 def test_applies_to_the_same_object_client_and_fields_only() -> None:
     plan, held = made_plan()
-    fields = list(SHAPE)
+    fields = SHAPE
     assert plan.applies(held, CLIENT_IP, fields)
     equal = StoredObject(held.head, held.body, held.tier)
     assert equal == held
     assert not plan.applies(equal, CLIENT_IP, fields)  # identity, not equality
     assert not plan.applies(None, CLIENT_IP, fields)
     assert not plan.applies(held, "127.0.0.2", fields)
-    assert not plan.applies(held, CLIENT_IP, [fields[1], fields[0], fields[2]])
-    assert not plan.applies(held, CLIENT_IP, [*fields, (b"X-More", b"1")])
+    assert not plan.applies(held, CLIENT_IP, (fields[1], fields[0], fields[2]))
+    assert not plan.applies(held, CLIENT_IP, (*fields, (b"X-More", b"1")))
     assert not plan.applies(held, CLIENT_IP, fields[:2])
-    assert not plan.applies(held, CLIENT_IP, [fields[0], (b"user-agent", b"t/1"), fields[2]])
-    assert not plan.applies(held, CLIENT_IP, [fields[0], (b"User-Agent", b"t/2"), fields[2]])
+    assert not plan.applies(held, CLIENT_IP, (fields[0], (b"user-agent", b"t/1"), fields[2]))
+    assert not plan.applies(held, CLIENT_IP, (fields[0], (b"User-Agent", b"t/2"), fields[2]))
 
 
 # -- (e) staleness -------------------------------------------------------------------------------
