@@ -90,20 +90,43 @@ class PlannedRefresh:
 
     @guarded
     def send(self) -> None:
-        request = self._plan.request
-        self._request_time = send_planned(self._path, self, self._conn, self._upstream, request)
+        plan = self._plan
+        recognise = self.recognise if plan.reply_bytes is not None else None
+        conn, upstream = self._conn, self._upstream
+        self._request_time = send_planned(self._path, self, conn, upstream, plan.request, recognise)
+
+    def recognise(self, data: bytes) -> ResponseHead | None:
+        """The planned 304 recognised in the first bytes of the response, unparsed."""
+        plan = self._plan
+        date = plan.date_in(data)
+        if date is None or self._conn.must_close:
+            return None
+        self._refresh(date, plan.reply_reason)
+        if self._answer is None:
+            return None  # (the step failed: the exchange was abandoned)
+        self._path.recognised += 1
+        return ResponseHead(304, plan.reply_reason, plan.reply_version, plan.reply_fields(date))
 
     # -- Listener ----------------------------------------------------------------------------
 
     @guarded
     def on_head(self, head: ResponseHead) -> None:
-        response_time = time.time()
         plan = self._plan
         date = plan.date_of(head.raw) if head.status == 304 else None
         if date is None or self._conn.must_close:
             self._unplanned().on_head(head)
             return
-        path, key, stored = self._path, plan.target.url, plan.obj
+        if plan.reply_bytes is None and head.keep_alive:
+            plan.learn_reply(head.version, head.reason, date)
+        self._refresh(date, head.reason)
+
+    @guarded
+    def _refresh(self, date: str, reason: str) -> None:
+        """The planned 304 with ``date`` arrived: refresh the stored head, end the flight and
+        make the answer."""
+        response_time = time.time()
+        plan, path = self._plan, self._path
+        key, stored = plan.target.url, plan.obj
         fresh, received_age = plan.refreshed(stored.head, date, self._request_time, response_time)
         write = path.store.refresh_head(key, fresh)
         if write is not None:
@@ -116,7 +139,7 @@ class PlannedRefresh:
         # Readers that joined take the refreshed head from the store, as after any 304; they
         # read the 304's own fields only for Vary, which a planned 304 has not.
         peer = self._upstream.peer_ip
-        self._flight.publish_head(FlightHead(304, head.reason, Headers(), True, peer, "", fresh))
+        self._flight.publish_head(FlightHead(304, reason, Headers(), True, peer, "", fresh))
         self._flight.finish()
         age = received_age + max(0.0, time.time() - response_time)
         value = cache_status(

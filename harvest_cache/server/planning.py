@@ -15,7 +15,12 @@ from harvest_cache.server.lean import LeanFetch, LeanPath, Step, write_answer
 from harvest_cache.server.reply import interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.store.interface import StoredObject
-from harvest_cache.upstream.connection import Listener, ResponseHead, UpstreamConnection
+from harvest_cache.upstream.connection import (
+    Listener,
+    Recognise,
+    ResponseHead,
+    UpstreamConnection,
+)
 
 
 def send_planned(
@@ -24,11 +29,13 @@ def send_planned(
     conn: ClientConnection,
     upstream: UpstreamConnection,
     request: bytes,
+    recognise: Recognise | None = None,
 ) -> float:
-    """Send ``request`` on ``upstream``, its response told to ``listener``; the time sent."""
+    """Send ``request`` on ``upstream``, its response told to ``listener`` (or recognised);
+    the time sent."""
     sent = time.time()
     relay = interim_relay(conn, "1.1", path.via)
-    upstream.begin(False, path.config.upstream.read_timeout, listener, relay)
+    upstream.begin(False, path.config.upstream.read_timeout, listener, relay, recognise)
     upstream.send_now(request)
     return sent
 

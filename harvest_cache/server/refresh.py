@@ -54,6 +54,12 @@ class RefreshPlan:
     content_type: str
     peer: str  # the origin address the log tail names
     log_tail: bytes
+    # The planned 304's bytes before and after its Date value, once one was parsed (a
+    # keep-alive one): the next is recognised in them, unparsed (``date_in``).
+    reply_bytes: tuple[bytes, bytes] | None = None
+    reply_date_length: int = 0
+    reply_version: str = "1.1"
+    reply_reason: str = ""
 
     def applies(self, obj: object, client_ip: str, fields: RawFields) -> bool:
         """Whether this plan's request is the one to send for a request of ``fields`` from
@@ -81,6 +87,40 @@ class RefreshPlan:
         if name != self.reply_date or reply[:at] != self.reply_before:
             return None
         return date.decode("latin-1") if reply[at + 1 :] == self.reply_after else None
+
+    def learn_reply(self, version: str, reason: str, date: str) -> None:
+        """Learn the bytes of the planned 304 from one parsed as planned (with ``date``):
+        its status line as llhttp reads it, its fields as ``name: value`` lines."""
+        line = b"HTTP/%b 304 %b\r\n" % (version.encode("ascii"), reason.encode("latin-1"))
+        before = b"".join(b"%b: %b\r\n" % field for field in self.reply_before)
+        after = b"".join(b"%b: %b\r\n" % field for field in self.reply_after)
+        self.reply_bytes = (
+            b"%b%b%b: " % (line, before, self.reply_date),
+            b"\r\n%b\r\n" % after,
+        )
+        self.reply_version, self.reply_reason = version, reason
+        self.reply_date_length = len(date)
+
+    def date_in(self, data: bytes) -> str | None:
+        """The Date of ``data`` if it is exactly the learnt 304 but for the Date's value,
+        which must parse as the field value it is: printable ASCII, no leading or trailing
+        white space (those bytes then parse as that 304 would), else None."""
+        if self.reply_bytes is None:
+            return None
+        before, after = self.reply_bytes
+        end = len(data) - len(after)
+        if end - len(before) != self.reply_date_length:
+            return None
+        if not data.startswith(before) or not data.endswith(after):
+            return None
+        date = data[len(before) : end].decode("latin-1")
+        if not (date.isascii() and date.isprintable()) or date != date.strip(" \t"):
+            return None
+        return date
+
+    def reply_fields(self, date: str) -> list[tuple[bytes, bytes]]:
+        """The planned 304's raw fields with ``date``."""
+        return [*self.reply_before, (self.reply_date, date.encode("latin-1")), *self.reply_after]
 
     def refreshed(
         self, stored: StoredHead, date: str, request_time: float, response_time: float

@@ -52,6 +52,10 @@ class ResponseHead:
 
 # Told of each interim (1xx) response before the final one: status, reason, raw fields.
 Interim = Callable[[int, str, list[tuple[bytes, bytes]]], None]
+# Given the first bytes of a listened exchange's response before they are parsed: if they are
+# a whole response it expected, it returns the head they stand for and the exchange ends
+# (``on_end``) unparsed; None to parse them as usual.
+Recognise = Callable[[bytes], "ResponseHead | None"]
 
 
 class Listener(Protocol):
@@ -112,6 +116,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._writable.set()
         self._listener: Listener | None = None
         self._interim: Interim | None = None
+        self._recognise: Recognise | None = None
         self._ended = False  # the listened exchange is complete; on_end is due
         self._heard = False  # bytes arrived since the listener's timer last looked
         self._timer: asyncio.TimerHandle | None = None
@@ -147,6 +152,18 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self._heard = True
         self._traffic.bytes_from_upstream += len(data)
+        recognise = self._recognise
+        if recognise is not None:
+            self._recognise = None
+            head = recognise(data)
+            if head is not None:
+                # (the parser, never fed, is still at the start of a message)
+                self._head = head
+                self._complete = True
+                listener = self._stop_listening()
+                if listener is not None:
+                    listener.on_end()
+                return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as e:
@@ -237,14 +254,17 @@ class UpstreamConnection(asyncio.Protocol):
         read_timeout: float,
         listener: Listener | None = None,
         interim: Interim | None = None,
+        recognise: Recognise | None = None,
     ) -> None:
         """Start a new exchange; ``response_head`` then waits for its final head, or
-        ``listener`` is told of it. ``interim`` is told of each 1xx response before it.
+        ``listener`` is told of it. ``interim`` is told of each 1xx response before it;
+        ``recognise`` (with a listener) sees the first bytes of the response.
 
         ``read_timeout`` bounds that wait and each wait for body bytes (for a listener: each
         silence of the origin, noticed within twice the timeout).
         """
         self._interim = interim
+        self._recognise = recognise
         self._read_timeout = read_timeout
         self._close_delimited = False
         self._parser = self._spare_parser or httptools.HttpResponseParser(self)

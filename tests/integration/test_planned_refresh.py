@@ -51,6 +51,11 @@ def planned(cache: CacheServer) -> int:
     return cache.proxy.lean.planned
 
 
+def recognised(cache: CacheServer) -> int:
+    assert cache.proxy is not None
+    return cache.proxy.lean.recognised
+
+
 def has_plan(cache: CacheServer, url: str) -> bool:
     assert cache.proxy is not None
     return cache.proxy.lean.plans.get(url.encode("latin-1")) is not None
@@ -241,6 +246,7 @@ async def test_date_of_the_planned_answer_is_the_304s(make_cache: MakeCache) -> 
         requests = server.requests
     assert [r.body for r in responses] == [BODY] * 4
     assert planned(cache) == 2  # requests 3 and 4
+    assert recognised(cache) == 1  # request 4: its 304 was request 3's but for the Date
     assert [dict(fields).get("If-None-Match") for _, fields in requests] == [None] + ['"d1"'] * 3
     for n, (resp, apparent) in enumerate(zip(responses, [1, 3, 7, 20], strict=True), 1):
         assert resp.get("Date") == dates[n]
@@ -252,6 +258,94 @@ async def test_date_of_the_planned_answer_is_the_304s(make_cache: MakeCache) -> 
         assert -apparent - 3 <= int(str(params(resp)["ttl"])) <= -apparent, n
     assert shape(responses[2]) == shape(responses[1])
     assert shape(responses[3]) == shape(responses[1])
+
+
+async def test_planned_304s_recognised_unparsed_and_those_that_are_not(
+    make_cache: MakeCache,
+) -> None:
+    """From the second planned 304 on, one that arrives whole in one read and is the first's
+    but for its Date is recognised unparsed. Each answer carries its own 304's Date; a 304 in
+    two pieces, with another field, with another reason or with bytes after it is parsed and
+    handled as before; the origin connection is reused throughout."""
+    cache = await memory_cache(make_cache)
+    now = time.time()
+    dates = {n: http_date(now - 40 + n) for n in range(1, 14)}
+    plain = b'HTTP/1.1 304 Not Modified\r\nDate: %b\r\nETag: "r1"\r\nCache-Control: max-age=0\r\n'
+
+    async def respond(n: int, writer: asyncio.StreamWriter) -> None:
+        date = dates[n].encode()
+        if n == 1:
+            writer.write(
+                b'HTTP/1.1 200 OK\r\nDate: %b\r\nETag: "r1"\r\nCache-Control: max-age=0\r\n'
+                b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n%b"
+                % (date, len(BODY), BODY)
+            )
+        elif n == 6:  # in two pieces
+            writer.write((plain % date)[:20])
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write((plain % date)[20:] + b"\r\n")
+        elif n == 8:  # another reason phrase: parsed, still the planned 304
+            writer.write(plain.replace(b"Not Modified", b"Unchanged") % date + b"\r\n")
+        elif n >= 10:  # another field from now on: not the planned 304 at first
+            stray = b"stray" if n == 13 else b""
+            writer.write(plain % date + b"X-New: 1\r\n\r\n" + stray)
+        else:
+            writer.write(plain % date + b"\r\n")
+
+    async with ScriptedOrigin(respond) as server:
+        url = server.url("/recognised")
+        responses = [await fetch(cache, url, headers=FIELDS) for _ in range(13)]
+        accepted = server.server.accepted
+    assert [(r.status, r.body) for r in responses] == [(200, BODY)] * 13
+    assert [r.get("Date") for r in responses] == [dates[n] for n in range(1, 14)]
+    assert accepted == 1
+    # Request 2 made the plan; 3 learnt its 304; 4, 5, 7, 9 were recognised (6 came in two
+    # pieces, 8 had another reason); 10 was handled in full and made a new plan, which 11
+    # learnt and 12 used; 13, with stray bytes after it, was parsed (the origin confirmed the
+    # object, then its connection was dropped).
+    assert recognised(cache) == 5
+    assert planned(cache) == 10  # requests 3-9 and 11-13
+    assert responses[9].get("X-New") == "1"
+    assert responses[11].get("X-New") == "1"
+    assert shape(responses[4]) == shape(responses[2])
+    assert shape(responses[11]) == shape(responses[9])
+
+
+async def test_a_recognised_304_is_answered_like_a_parsed_one(make_cache: MakeCache) -> None:
+    """Two caches, the same scripted exchanges: one recognises the fourth 304, the other is
+    sent it in two pieces (parsed). The client gets the same bytes from both, but for Age."""
+    answers = []
+    date = http_date(time.time() - 5)
+    for split in (False, True):
+        cache = await memory_cache(make_cache)
+
+        async def respond(n: int, writer: asyncio.StreamWriter, split: bool = split) -> None:
+            if n == 1:
+                writer.write(
+                    b'HTTP/1.1 200 OK\r\nDate: %b\r\nETag: "q"\r\nCache-Control: max-age=60, '
+                    b"no-cache\r\nContent-Length: %d\r\n\r\n%b" % (date.encode(), len(BODY), BODY)
+                )
+                return
+            reply = b'HTTP/1.1 304 Not Modified\r\nServer: s/1\r\nDate: %b\r\nETag: "q"\r\n\r\n'
+            reply %= date.encode()
+            if split and n == 4:
+                writer.write(reply[:-3])
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                writer.write(reply[-3:])
+            else:
+                writer.write(reply)
+
+        async with ScriptedOrigin(respond) as server:
+            url = server.url("/same")
+            responses = [await fetch(cache, url, headers=FIELDS) for _ in range(4)]
+        assert recognised(cache) == (0 if split else 1)
+        answers.append(responses[3])
+    recognised_answer, parsed_answer = answers
+    assert recognised_answer.body == parsed_answer.body == BODY
+    assert shape(recognised_answer) == shape(parsed_answer)
+    assert recognised_answer.get("Date") == parsed_answer.get("Date")
 
 
 # -- requests that are not planned -------------------------------------------------------------
