@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,9 @@ MAX_PENDING = 256
 Address = tuple[str, int]
 _QUERY_V2 = b"\x01\x02"
 _NO_OPTIONS = b"\x00\x00\x00\x00"
-_NO_FIELDS = bytes(12)  # options, option data, sender address
+# A reply's header: opcode, version 2, length, the query's request number, then no options,
+# option data or sender address.
+_REPLY_HEAD = struct.Struct("!BBH4s12x")
 _KNOWN = 65536  # URLs (and addresses) whose answers are remembered; all forgotten when full
 
 
@@ -116,7 +119,7 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         except RequestError:
             self._send(message, addr, Opcode.ERR)
             return
-        found = self._store.get_memory(target.url)
+        found = self._store.peek_memory(target.url)
         if found is None and self._store.has_disk and self._pending < MAX_PENDING:
             self._pending += 1
             self._tasks.spawn(self._answer_from_disk(message, addr, target), f"icp {target.url}")
@@ -138,32 +141,34 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         end = size - 1
         if end < 24 or data[end] != 0 or data[2] << 8 | data[3] != size:
             return False
-        if not self._may_ask(addr[0]):
+        if not (self._allowed_ips.get(addr[0]) or self._may_ask(addr[0])):
             return False
         spelt = data[24:end]
         known = self._known.get(spelt)
-        now = time.time()
+        # (A query is not a use of the object, so the memory tier is only peeked at: the
+        # fetch that follows a HIT is one.)
+        peek = self._store.peek_memory
         if (
             known is None
-            or self._store.get_memory(known.url) is not known.found
-            or (known.hit and now >= known.until)
+            or peek(known.url) is not known.found
+            or (known.hit and time.time() >= known.until)
         ):
-            if data.find(b"\x00", 24) != end:
-                return False  # a NUL inside the URL: malformed
-            url = canonical_url(spelt)
+            url = canonical_url(spelt)  # (None if there is a NUL or any control byte)
             if url is None:
+                if data.find(b"\x00", 24) != end:
+                    return False  # a NUL inside the URL: malformed
                 try:
                     url = parse_absolute(spelt.decode("latin-1")).url
                 except RequestError:
                     return False
-            found = self._store.get_memory(url)
+            found = peek(url)
             if found is None:
                 if self._store.has_disk:
                     return False  # it may be on disk: looking is I/O
                 known = _NOTHING  # (not remembered: one-off misses would crowd out the rest)
             else:
                 obj = found if isinstance(found, StoredObject) else None
-                hit, until = hit_until(obj, now, self._heuristics.for_url(url))
+                hit, until = hit_until(obj, time.time(), self._heuristics.for_url(url))
                 known = _Known(url, found, hit is not None, until)
                 if len(self._known) >= _KNOWN:
                     self._known.clear()
@@ -174,15 +179,7 @@ class IcpEndpoint(asyncio.DatagramProtocol):
             opcode = Opcode.MISS if self._fetching() else Opcode.MISS_NOFETCH
         self._answers[opcode] += 1
         # The query's request number and URL echoed; no options, no requester field.
-        length = size - 4
-        reply = b"%c\x02%c%c%b%b%b" % (
-            opcode,
-            length >> 8,
-            length & 0xFF,
-            data[4:8],
-            _NO_FIELDS,
-            data[24:],
-        )
+        reply = _REPLY_HEAD.pack(opcode, 2, size - 4, data[4:8]) + data[24:]
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.sendto(reply, addr)

@@ -54,6 +54,10 @@ class ObjectStore(Protocol):
     def get_memory(self, key: str) -> Found | None:
         """The memory tier alone, with no I/O: the hit path's first look."""
 
+    def peek_memory(self, key: str) -> Found | None:
+        """As ``get_memory``, but not counted as a use of the object (eviction order is
+        left alone): for asking whether it is held."""
+
     async def get(self, key: str) -> Found | None:
         """Memory tier, then disk tier (small disk objects are promoted to memory)."""
 

@@ -75,6 +75,10 @@ class MemoryTier:
             self._entries.move_to_end(key)
         return found
 
+    def peek(self, key: str) -> Found | None:
+        """What ``key`` holds, without making it the most recently used."""
+        return self._entries.get(key)
+
     def put(self, key: str, found: Found) -> bool:
         """Store ``found`` under ``key``; if it does not fit, drop whatever the key held."""
         self.delete(key)

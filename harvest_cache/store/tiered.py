@@ -95,6 +95,9 @@ class TieredStore:
     def get_memory(self, key: str) -> Found | None:
         return self.memory.get(key)
 
+    def peek_memory(self, key: str) -> Found | None:
+        return self.memory.peek(key)
+
     async def get(self, key: str) -> Found | None:
         found = self.memory.get(key)
         if found is not None or self._disk is None:

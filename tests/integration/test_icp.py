@@ -234,6 +234,26 @@ async def test_repeated_queries_follow_what_the_memory_tier_holds(
     assert (await peer.answer(port, query(8, short))).opcode is Opcode.MISS
 
 
+async def test_queries_do_not_keep_an_object_in_the_memory_tier(
+    origin: Origin, make_cache: MakeCache, peer: Querier
+) -> None:
+    """An ICP query asks whether an object is held; it is not a use of it (the fetch that
+    follows a HIT is): the object asked about most is still the first evicted."""
+    cache = await icp_cache(make_cache, cache={"disk_mb": 0, "memory_mb": 1})
+    body = b"z" * (300 * 1024)  # three fit in the 1 MiB tier, not four
+    for name in ("a", "b", "c", "d"):
+        origin.route(f"/{name}", static(body, {"Cache-Control": "max-age=600"}))
+    port = icp_port(cache)
+    async with proxy_client(cache) as client:
+        for name in ("a", "b", "c"):
+            await store(client, origin.url(f"/{name}"))
+        for n in range(5):
+            assert (await peer.answer(port, query(n, origin.url("/a")))).opcode is Opcode.HIT
+        await store(client, origin.url("/d"))
+    answers = [(await peer.answer(port, query(9, origin.url(f"/{x}")))).opcode for x in "abcd"]
+    assert answers == [Opcode.MISS, Opcode.HIT, Opcode.HIT, Opcode.HIT]
+
+
 async def test_a_reload_that_narrows_icp_allow_takes_effect_for_remembered_answers(
     origin: Origin, make_cache: MakeCache, peer: Querier
 ) -> None:

@@ -40,6 +40,19 @@ def test_least_recently_used_is_evicted_to_stay_within_capacity() -> None:
     assert tier.evictions == 1
 
 
+def test_peeking_is_not_a_use() -> None:
+    item_size = entry_size(obj(b"x" * 1000))
+    tier = MemoryTier(capacity=3 * item_size, max_object=2000)
+    held = {key: obj(b"x" * 1000) for key in ("a", "b", "c")}
+    for key, item in held.items():
+        assert tier.put(key, item)
+    assert tier.peek("a") is held["a"]
+    assert tier.peek("zz") is None
+    assert tier.put("d", obj(b"x" * 1000))
+    assert tier.peek("a") is None  # still the least recently used: evicted
+    assert [tier.peek(k) is held[k] for k in ("b", "c")] == [True, True]
+
+
 def test_many_puts_never_exceed_capacity() -> None:
     tier = MemoryTier(capacity=50_000, max_object=4_000)
     for i in range(500):
