@@ -39,10 +39,35 @@ def cache_status(
     negative one; ``collapsed`` means the request joined another's forward request. ``key``
     (the cache key used, RFC 9211 2.7) is left out unless it is printable ASCII."""
     if ttl is not None:
-        ttl = max(-_SF_INTEGER_MAX, min(math.floor(ttl), _SF_INTEGER_MAX))
+        ttl = _whole(ttl)
     if key is not None and not (key.isascii() and key.isprintable()):
         key = None  # a String must be printable ASCII (RFC 8941 3.3.3): left out
     return _member(name, hit, fwd, fwd_status, stored, collapsed, ttl, detail, key)
+
+
+def ttl_parts(name: str, *, fwd: str, fwd_status: int, key: str | None = None) -> tuple[str, str]:
+    """The text of a forwarded member before and after its ttl value, for answers repeated
+    with only the ttl new: ``with_ttl`` then makes what ``cache_status`` would."""
+    zero = cache_status(name, hit=False, fwd=fwd, fwd_status=fwd_status, ttl=0, key=key)
+    one = cache_status(name, hit=False, fwd=fwd, fwd_status=fwd_status, ttl=1, key=key)
+    at = next(i for i, (a, b) in enumerate(zip(zero, one, strict=True)) if a != b)
+    return zero[:at], zero[at + 1 :]
+
+
+def with_ttl(parts: tuple[str, str], ttl: float) -> str:
+    """The member of ``ttl_parts`` with ``ttl``, rounded down as ``cache_status`` does."""
+    return parts[0] + str(_whole(ttl)) + parts[1]
+
+
+def _whole(ttl: float) -> int:
+    """``ttl`` rounded down into a Structured Field Integer's range (RFC 8941 3.3.1); with
+    comparisons, as ``max`` and ``min`` cost several times more on every answer."""
+    whole = math.floor(ttl)
+    if whole > _SF_INTEGER_MAX:
+        return _SF_INTEGER_MAX
+    if whole < -_SF_INTEGER_MAX:
+        return -_SF_INTEGER_MAX
+    return whole
 
 
 # Answers repeat endlessly (a miss's member differs only by status), so each is made once.

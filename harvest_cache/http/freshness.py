@@ -13,6 +13,8 @@ from harvest_cache.http.headers import Headers
 # Status codes defined as heuristically cacheable (RFC 9110 15.1).
 HEURISTIC_STATUSES = frozenset({200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501})
 
+_MAX_AGE = str(MAX_DELTA)
+
 
 @dataclass(frozen=True, slots=True)
 class Heuristic:
@@ -135,7 +137,10 @@ def initial_age(date: float | None, age: int, request_time: float, response_time
 
 def age_value(age: float) -> str:
     """The Age field value for ``age`` seconds: whole seconds, capped at 2**31 (RFC 9111 5.1)."""
-    return str(min(max(int(age), 0), MAX_DELTA))
+    whole = int(age)  # (compared, not clamped with max and min: this runs on every answer)
+    if whole <= 0:
+        return "0"
+    return str(whole) if whole < MAX_DELTA else _MAX_AGE
 
 
 def _date(headers: Headers, fallback: float | None) -> float | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from harvest_cache.errors import UpstreamError
-from harvest_cache.http.cache_status import cache_status
+from harvest_cache.http.cache_status import ttl_parts, with_ttl
 from harvest_cache.http.freshness import age_value
 from harvest_cache.http.headers import Headers, RawFields
 from harvest_cache.server.connection import ClientConnection
@@ -139,17 +139,17 @@ class PlannedRefresh:
         # Readers that joined take the refreshed head from the store, as after any 304; they
         # read the 304's own fields only for Vary, which a planned 304 has not.
         peer = self._upstream.peer_ip
-        self._flight.publish_head(FlightHead(304, reason, Headers(), True, peer, "", fresh))
+        self._flight.publish_head_lazily(
+            lambda: FlightHead(304, reason, Headers(), True, peer, "", fresh)
+        )
         self._flight.finish()
         age = received_age + max(0.0, time.time() - response_time)
-        value = cache_status(
-            path.name,
-            hit=False,
-            fwd="stale",
-            fwd_status=304,
-            ttl=plan.lifetime - age,
-            key=path.key_for(key),
-        )
+        parts = plan.status_parts
+        if parts is None:
+            key_param = path.key_for(key)
+            parts = ttl_parts(path.name, fwd="stale", fwd_status=304, key=key_param)
+            plan.status_parts = parts
+        value = with_ttl(parts, plan.lifetime - age)
         body = stored.body
         assert isinstance(body, bytes)
         self._answer = (plan.client_head(date, age_value(age), value, len(body)), body)

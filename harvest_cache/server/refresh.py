@@ -60,6 +60,8 @@ class RefreshPlan:
     reply_date_length: int = 0
     reply_version: str = "1.1"
     reply_reason: str = ""
+    # Our Cache-Status member around its ttl (``cache_status.ttl_parts``), once made.
+    status_parts: tuple[str, str] | None = None
 
     def applies(self, obj: object, client_ip: str, fields: RawFields) -> bool:
         """Whether this plan's request is the one to send for a request of ``fields`` from

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from harvest_cache.http.cache_status import cache_status
+from harvest_cache.http.cache_status import cache_status, ttl_parts, with_ttl
 
 
 @pytest.mark.parametrize(
@@ -63,4 +65,20 @@ def test_rfc9211_2_7_key_is_a_string_and_left_out_unless_printable_ascii() -> No
     assert cache_status("c", hit=True, key="http://a/\u00e9") == "c; hit"
     assert cache_status("c", hit=False, fwd="uri-miss", key="http://a/") == (
         'c; fwd=uri-miss; key="http://a/"'
+    )
+
+
+@settings(max_examples=300)
+@given(
+    name=st.sampled_from(["harvest", "my-cache", "a b", 'q"uote', "ttl=0; x"]),
+    status=st.sampled_from([200, 304, 503]),
+    key=st.none() | st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126)),
+    ttl=st.floats(min_value=-1e18, max_value=1e18, allow_nan=False),
+)
+def test_ttl_parts_make_what_cache_status_makes(
+    name: str, status: int, key: str | None, ttl: float
+) -> None:
+    parts = ttl_parts(name, fwd="stale", fwd_status=status, key=key)
+    assert with_ttl(parts, ttl) == cache_status(
+        name, hit=False, fwd="stale", fwd_status=status, ttl=ttl, key=key
     )

@@ -193,7 +193,17 @@ def test_s4_2_3_current_age(
 
 @pytest.mark.parametrize(
     ("age", "value"),
-    [(0, "0"), (0.9, "0"), (59.99, "59"), (-3, "0"), (2.0**40, "2147483648")],
+    [
+        (0, "0"),
+        (0.9, "0"),
+        (1, "1"),
+        (59.99, "59"),
+        (-3, "0"),
+        (-0.5, "0"),
+        (2.0**31 - 0.5, "2147483647"),
+        (2.0**31, "2147483648"),
+        (2.0**40, "2147483648"),
+    ],
 )
 def test_s5_1_age_value_is_whole_seconds_capped(age: float, value: str) -> None:
     assert age_value(age) == value
