@@ -10,12 +10,12 @@ and eviction all retire it without any hook; its freshness deadline is fixed whe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harvest_cache.http.cache_status import string_item
 from harvest_cache.http.forwarding import add_via, response_head
 from harvest_cache.http.headers import Headers
-from harvest_cache.server.accesslog import line_tail
+from harvest_cache.server.accesslog import line_rest, line_tail, time_field
 from harvest_cache.store.interface import ObjectStore, StoredObject
 
 # Request fields that call for the full policy, or announce a body: any of them sends a
@@ -39,6 +39,7 @@ SLOW_FIELDS = frozenset(
     }
 )
 _MAX_ENTRIES = 4096
+_MAX_LINES = 16  # access-log lines kept per entry
 
 
 @dataclass(slots=True)
@@ -52,6 +53,9 @@ class HotEntry:
     get_tail: bytes  # the access-log line's fields after the size, for GET and for HEAD
     head_tail: bytes
     key_param: bytes  # Cache-Status's key parameter after its ttl, or nothing
+    # Access-log lines after their time, by client, size and HEAD-ness: a hit's line changes
+    # only there (its size with the digits of Age and ttl).
+    log_rests: dict[tuple[bytes, int, bool], bytes] = field(default_factory=dict)
 
 
 class HotIndex:
@@ -124,6 +128,21 @@ class HotIndex:
             tail,
         )
         return head
+
+    def log_line(
+        self, entry: HotEntry, now: float, client: bytes, size: int, head_only: bool
+    ) -> bytes:
+        """The access-log line of one hit, ``size`` bytes sent."""
+        key = (client, size, head_only)
+        rest = entry.log_rests.get(key)
+        if rest is None:
+            if len(entry.log_rests) >= _MAX_LINES:
+                entry.log_rests.clear()
+            status = entry.obj.head.status
+            rest = line_rest(0, client, b"TCP_MEM_HIT", status, size, False)
+            rest += entry.head_tail if head_only else entry.get_tail
+            entry.log_rests[key] = rest
+        return time_field(now) + rest
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -39,7 +39,7 @@ from harvest_cache.http.target import Target, parse_absolute, parse_authority
 from harvest_cache.http.validation import freshen, head_confirms
 from harvest_cache.http.vary import vary_key, vary_names
 from harvest_cache.metrics import Traffic
-from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head
+from harvest_cache.server.accesslog import AccessLog, Hierarchy
 from harvest_cache.server.acl import Access
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.fetch import (
@@ -184,8 +184,7 @@ class Proxy:
         fast[method, status] = fast.get((method, status), 0) + 1
         traffic.bytes_to_clients += size
         if self._log.enabled:
-            line = line_head(now, 0, conn.client_bytes, b"TCP_MEM_HIT", status, size, False)
-            self._log.write(line + (entry.head_tail if head_only else entry.get_tail))
+            self._log.write(self._hot.log_line(entry, now, conn.client_bytes, size, head_only))
         return True
 
     def serve_planned(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:

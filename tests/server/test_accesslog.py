@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from harvest_cache.errors import ConfigError
 from harvest_cache.server.accesslog import (
@@ -20,6 +22,9 @@ from harvest_cache.server.accesslog import (
     Result,
     Rotation,
     format_line,
+    line_head,
+    line_rest,
+    time_field,
 )
 
 BASE: dict[str, Any] = {
@@ -95,6 +100,35 @@ BASE: dict[str, Any] = {
 )
 def test_lines_follow_squids_native_format(changes: dict[str, Any], expected: str) -> None:
     assert format_line(**(BASE | changes)) == (expected + "\n").encode()
+
+
+@settings(max_examples=500)
+@given(
+    now=st.floats(min_value=0, max_value=4e9),
+    step=st.floats(min_value=0, max_value=0.002),
+    elapsed=st.integers(0, 10**7),
+    size=st.integers(0, 10**12),
+    aborted=st.booleans(),
+)
+def test_the_time_field_made_once_a_millisecond_is_the_lines_time(
+    now: float, step: float, elapsed: int, size: int, aborted: bool
+) -> None:
+    """Lines made one after another, a millisecond apart or in the same one, carry each its
+    own time, rounded to the millisecond as Squid has it."""
+    for when in (now, now + step, now + step, now):
+        seconds, millis = divmod(round(when * 1000), 1000)
+        expected = b"%d.%03d %6d 10.0.0.1 TCP_MISS%b/200 %d" % (
+            seconds,
+            millis,
+            elapsed,
+            b"_ABORTED" if aborted else b"",
+            size,
+        )
+        assert line_head(when, elapsed, b"10.0.0.1", b"TCP_MISS", 200, size, aborted) == expected
+        assert (
+            time_field(when) + line_rest(elapsed, b"10.0.0.1", b"TCP_MISS", 200, size, aborted)
+            == expected
+        )
 
 
 @pytest.mark.parametrize(

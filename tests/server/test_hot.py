@@ -1,0 +1,71 @@
+"""The hit fast path's prepared entries: the access-log lines they keep ready."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from harvest_cache.server.accesslog import line_head, line_tail
+from harvest_cache.server.hot import HotEntry, HotIndex
+from harvest_cache.store.entry import StoredHead
+from harvest_cache.store.interface import StoredObject
+from harvest_cache.store.memory import MemoryTier
+from harvest_cache.store.tiered import TieredStore
+
+URL = "http://origin.test/page"
+NOW = 1_764_535_000.25
+
+
+@pytest.fixture
+def memory() -> MemoryTier:
+    return MemoryTier(1 << 20, 1 << 16)
+
+
+@pytest.fixture
+def hot(memory: MemoryTier) -> Iterator[HotIndex]:
+    executor = ThreadPoolExecutor(1)
+    yield HotIndex(TieredStore(memory, None, executor, 1 << 16), "test-cache")
+    executor.shutdown()
+
+
+def entry_in(hot: HotIndex, memory: MemoryTier, status: int = 200) -> HotEntry:
+    fields = (("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "max-age=60"))
+    obj = StoredObject(StoredHead(URL, status, "OK", fields, NOW, NOW, 4), b"body", "memory")
+    assert memory.put(URL, obj)
+    hot.add(URL.encode(), URL, obj, 0.0, 60.0, NOW)
+    entry = hot.lookup(URL.encode(), NOW)
+    assert entry is not None
+    return entry
+
+
+def expected(now: float, client: bytes, status: int, size: int, method: str) -> bytes:
+    head = line_head(now, 0, client, b"TCP_MEM_HIT", status, size, False)
+    return head + line_tail(method, URL, content_type="text/plain")
+
+
+@pytest.mark.parametrize("status", [200, 404])
+def test_a_hits_line_is_the_general_format(hot: HotIndex, memory: MemoryTier, status: int) -> None:
+    entry = entry_in(hot, memory, status)
+    cases = [
+        (NOW, b"127.0.0.1", 250, False),
+        (NOW + 0.001, b"127.0.0.1", 250, False),  # the same but for the time
+        (NOW + 1.5, b"127.0.0.1", 251, False),  # one more digit of Age or ttl
+        (NOW + 1.5, b"10.1.2.3", 251, False),
+        (NOW + 2, b"10.1.2.3", 247, True),
+        (NOW + 2, b"10.1.2.3", 251, False),  # as before: from the kept lines
+    ]
+    for now, client, size, head_only in cases:
+        line = hot.log_line(entry, now, client, size, head_only)
+        assert line == expected(now, client, status, size, "HEAD" if head_only else "GET")
+
+
+def test_lines_kept_per_entry_are_bounded(hot: HotIndex, memory: MemoryTier) -> None:
+    entry = entry_in(hot, memory)
+    for n in range(100):
+        client = b"10.0.0.%d" % n
+        assert hot.log_line(entry, NOW, client, 250, False) == expected(
+            NOW, client, 200, 250, "GET"
+        )
+        assert len(entry.log_rests) <= 16
