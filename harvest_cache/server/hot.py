@@ -40,6 +40,10 @@ SLOW_FIELDS = frozenset(
 )
 _MAX_ENTRIES = 4096
 _MAX_LINES = 16  # access-log lines kept per entry
+# How a head ends: for a connection that closes, an HTTP/1.0 one kept alive, and others.
+_CLOSE = b"Connection: close\r\n\r\n"
+_KEEP_ALIVE = b"Connection: keep-alive\r\n\r\n"
+_END = b"\r\n"
 
 
 @dataclass(slots=True)
@@ -56,6 +60,8 @@ class HotEntry:
     # Access-log lines after their time, by client, size and HEAD-ness: a hit's line changes
     # only there (its size with the digits of Age and ttl).
     log_rests: dict[tuple[bytes, int, bool], bytes] = field(default_factory=dict)
+    # The last head made: Age, ttl, the ending, and the head (it changes once a second).
+    last_head: tuple[int, int, bytes, bytes] = (-1, 0, b"", b"")
 
 
 class HotIndex:
@@ -115,18 +121,19 @@ class HotIndex:
 
     def head(self, entry: HotEntry, now: float, close: bool, http10: bool) -> bytes:
         """The response head for one hit (the body is ``entry.body``)."""
-        if close:
-            tail = b"Connection: close\r\n\r\n"
-        else:
-            tail = b"Connection: keep-alive\r\n\r\n" if http10 else b"\r\n"
-        head = b"%bAge: %d\r\n%b%d%b\r\n%b" % (
-            entry.prefix,
-            int(now - entry.received_at),
-            self._status_hit,
-            int(entry.expires_at - now),
-            entry.key_param,
-            tail,
-        )
+        tail = _CLOSE if close else _KEEP_ALIVE if http10 else _END
+        age, ttl = int(now - entry.received_at), int(entry.expires_at - now)
+        last_age, last_ttl, last_tail, head = entry.last_head
+        if age != last_age or ttl != last_ttl or tail is not last_tail:
+            head = b"%bAge: %d\r\n%b%d%b\r\n%b" % (
+                entry.prefix,
+                age,
+                self._status_hit,
+                ttl,
+                entry.key_param,
+                tail,
+            )
+            entry.last_head = (age, ttl, tail, head)
         return head
 
     def log_line(

@@ -69,3 +69,32 @@ def test_lines_kept_per_entry_are_bounded(hot: HotIndex, memory: MemoryTier) -> 
             NOW, client, 200, 250, "GET"
         )
         assert len(entry.log_rests) <= 16
+
+
+def test_a_hits_head_follows_age_ttl_and_connection(hot: HotIndex, memory: MemoryTier) -> None:
+    """The head is remade whenever Age, the ttl or the ending changes, and only reused when
+    none did (many hits come to a second)."""
+    entry = entry_in(hot, memory)
+    cases = [
+        (NOW, False, False),
+        (NOW + 0.5, False, False),
+        (NOW + 0.5, True, False),
+        (NOW + 0.6, False, True),
+        (NOW + 0.7, False, False),
+        (NOW + 1.0, False, False),
+        (NOW + 1.9, False, False),
+        (NOW + 59.9, True, True),
+    ]
+    for now, close, http10 in cases:
+        age, ttl = int(now - NOW), int(NOW + 60 - now)
+        if close:
+            ending = b"Connection: close\r\n\r\n"
+        else:
+            ending = b"Connection: keep-alive\r\n\r\n" if http10 else b"\r\n"
+        wanted = b"%bAge: %d\r\nCache-Status: test-cache; hit; ttl=%d\r\n%b" % (
+            entry.prefix,
+            age,
+            ttl,
+            ending,
+        )
+        assert hot.head(entry, now, close, http10) == wanted, (now, close, http10)
