@@ -30,6 +30,9 @@ _LINGER = 2.0
 _MAX_QUEUED = 32
 # Bodies from this size are written gathered with their head (see ``write_response``).
 _GATHER = 4096
+# What ``_answer`` did with a head: nothing, answered it (a head a client is likely to send
+# again, worth remembering), or answered a one-off (a miss: its URL is new).
+_UNANSWERED, _AGAIN, _ONCE = object(), object(), object()
 
 
 class Handler(Protocol):
@@ -45,6 +48,9 @@ class Handler(Protocol):
     def serve_planned(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
         """Start answering a plain keep-alive HTTP/1.1 GET from a refresh plan; False if
         none applies. If one does, as for ``serve_lean``."""
+
+    def serve_planned_miss(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
+        """As ``serve_planned``, from a miss plan."""
 
     def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
         """Start answering a plain GET on the miss fast path; False if it cannot. If it
@@ -167,7 +173,7 @@ class ClientConnection(asyncio.Protocol):
         if not self._in_head and self._current is None:
             if not self.busy:
                 parsed = self.handler.heads.get(data)
-                if parsed is not None and self._answer(parsed):
+                if parsed is not None and self._answer(parsed) is not _UNANSWERED:
                     self.handler.heads.reused += 1
                     return
                 fresh = True
@@ -283,23 +289,26 @@ class ClientConnection(asyncio.Protocol):
         if self._slow or method not in (b"GET", b"HEAD"):
             return False
         parser = self._parser
-        head = ParsedHead(
+        head: ParsedHead = (
             method,
             bytes(self._url),
             parser.get_http_version(),
             parser.should_keep_alive(),
             tuple(self._raw_headers),
         )
-        if not self._answer(head):
+        answered = self._answer(head)
+        if answered is _UNANSWERED:
             return False
         self._url = bytearray()
         self._raw_headers = []
-        self._answered = head
+        if answered is _AGAIN:
+            self._answered = head
         return True
 
-    def _answer(self, head: ParsedHead) -> bool:
+    def _answer(self, head: ParsedHead) -> object:
         """Answer a plain GET or HEAD from the hit fast path, or start answering it from a
-        plan; False if neither applies."""
+        plan: ``_AGAIN`` if a client may well send that head again (a hit, a revalidation),
+        ``_ONCE`` if not (a miss), ``_UNANSWERED`` if none of them applies."""
         method, target, version, keep_alive, fields = head
         if self.handler.serve_fast(self, method, target, version, keep_alive):
             if not keep_alive:
@@ -307,14 +316,16 @@ class ClientConnection(asyncio.Protocol):
                 self.close()
             else:
                 self._arm_idle()
-            return True
+            return _AGAIN
         if method != b"GET" or version != "1.1" or not keep_alive:
-            return False
+            return _UNANSWERED
         self._lean = True
         if self.handler.serve_planned(self, target, fields):
-            return True
+            return _AGAIN
+        if self.handler.serve_planned_miss(self, target, fields):
+            return _ONCE
         self._lean = False
-        return False
+        return _UNANSWERED
 
     def on_body(self, body: bytes) -> None:
         req = self._current

@@ -190,8 +190,11 @@ class Proxy:
     def serve_planned(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
         if not self._access.client_allowed(conn.client_ip):
             return False
-        if start_planned(self.lean, conn, target, fields):
-            return True
+        return start_planned(self.lean, conn, target, fields)
+
+    def serve_planned_miss(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
+        if not self._access.client_allowed(conn.client_ip):
+            return False
         # (miss plans come from the lean path alone: misses the hierarchy routes have none)
         return start_planned_miss(self.lean, conn, target, fields)
 

@@ -18,6 +18,9 @@ from aiohttp import web
 from harvest_cache.server.app import CacheServer
 from harvest_cache.server.head_memo import MAX_HEAD, HeadMemo
 from tests.integration.test_miss_fast_path import params
+from tests.integration.test_planned_miss import FIELDS as MISS_FIELDS
+from tests.integration.test_planned_miss import planned_misses, serve
+from tests.integration.test_planned_miss import planned_setup as miss_planned_setup
 from tests.integration.test_planned_refresh import BODY as PLANNED_BODY
 from tests.integration.test_planned_refresh import FIELDS, planned, planned_setup
 from tests.support import (
@@ -333,4 +336,27 @@ async def test_a_planned_head_followed_by_another_is_not_remembered(
     finally:
         writer.close()
     assert reused(cache) == 0
+    assert len(heads(cache)) == 0
+
+
+# -- heads answered from a miss plan ------------------------------------------------------------
+
+
+async def test_heads_of_planned_misses_are_not_remembered(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    """A miss names a new URL: its head is answered from the plan but not remembered (each
+    would only push others out)."""
+    cache, objects, _, _ = await miss_planned_setup(make_cache, origin)
+    paths = [f"/m/{i}" for i in range(2, 12)]
+    serve(origin, objects, *paths)
+    reader, writer = await open_proxy(port(cache))
+    try:
+        for path in paths:
+            head = request_bytes("GET", origin.url(path), headers=MISS_FIELDS)
+            (resp,) = await exchange(writer, reader, head)
+            assert resp.body == objects.body(path)
+    finally:
+        writer.close()
+    assert planned_misses(cache) == len(paths)
     assert len(heads(cache)) == 0

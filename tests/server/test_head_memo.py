@@ -1,4 +1,4 @@
-"""The memo of request heads: bounded in entries and in head size, oldest forgotten first."""
+"""The memo of request heads: bounded in entries and in head size."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from harvest_cache.server.head_memo import MAX_HEAD, HeadMemo, ParsedHead
 
 
 def parsed(n: int) -> ParsedHead:
-    return ParsedHead(b"GET", b"http://h/%d" % n, "1.1", True, ((b"Host", b"h"),))
+    return (b"GET", b"http://h/%d" % n, "1.1", True, ((b"Host", b"h"),))
 
 
 def head(n: int) -> bytes:
@@ -34,13 +34,14 @@ def test_heads_over_the_size_bound_are_neither_kept_nor_looked_up() -> None:
     assert memo.get(over) is None
 
 
-def test_the_oldest_head_is_forgotten_at_the_entry_bound() -> None:
+def test_all_heads_are_forgotten_at_the_entry_bound() -> None:
     memo = HeadMemo()
     for n in range(4096):
         memo.add(head(n), parsed(n))
     assert len(memo) == 4096
+    assert memo.get(head(0)) == parsed(0)
     memo.add(head(4096), parsed(4096))
-    assert len(memo) == 4096
+    assert len(memo) == 1
     assert memo.get(head(0)) is None
-    assert memo.get(head(1)) == parsed(1)
+    assert memo.get(head(4095)) is None
     assert memo.get(head(4096)) == parsed(4096)
