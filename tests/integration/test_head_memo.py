@@ -51,6 +51,11 @@ def reused(cache: CacheServer) -> int:
     return heads(cache).reused
 
 
+def assert_nothing_remembered(cache: CacheServer) -> None:
+    assert reused(cache) == 0
+    assert len(heads(cache)) == 0
+
+
 def comparable(resp: RawResponse) -> bytes:
     """The head with Age and the ttl left out, which change from second to second."""
     head = re.sub(rb"\r\nAge: \d+", b"", resp.head)
@@ -197,8 +202,7 @@ async def test_a_head_split_over_reads_or_followed_by_more_is_not_remembered(
             assert resp.body == b"split"
     finally:
         writer.close()
-    assert reused(cache) == 0
-    assert len(heads(cache)) == 0
+    assert_nothing_remembered(cache)
 
 
 async def test_an_http10_head_answered_unparsed_still_closes(
@@ -246,8 +250,7 @@ async def test_long_heads_and_slow_requests_are_always_parsed(
             assert resp.body == b"long"
     finally:
         writer.close()
-    assert reused(cache) == 0
-    assert len(heads(cache)) == 0
+    assert_nothing_remembered(cache)
     assert origin.hits["/long"] == 1
 
 
@@ -335,8 +338,7 @@ async def test_a_planned_head_followed_by_another_is_not_remembered(
             assert [r.body for r in answers] == [PLANNED_BODY, b"other"]
     finally:
         writer.close()
-    assert reused(cache) == 0
-    assert len(heads(cache)) == 0
+    assert_nothing_remembered(cache)
 
 
 # -- heads answered from a miss plan ------------------------------------------------------------
