@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import httptools
 
@@ -33,10 +33,12 @@ _GATHER = 4096
 # What ``_answer`` did with a head: nothing, answered it (a head a client is likely to send
 # again, worth remembering), or answered a one-off (a miss: its URL is new).
 _UNANSWERED, _AGAIN, _ONCE = object(), object(), object()
+# Which plan answers a request: of a revalidation, or of a miss.
+Planned = Literal["refresh", "miss"]
 
 
 class Handler(Protocol):
-    heads: HeadMemo  # heads answered by ``serve_fast`` or a plan, to answer again unparsed
+    heads: HeadMemo  # heads answered by ``serve_fast`` or a refresh plan, to answer unparsed
 
     async def handle(self, req: Request, conn: ClientConnection) -> None: ...
 
@@ -45,12 +47,11 @@ class Handler(Protocol):
     ) -> bool:
         """Answer a plain GET/HEAD at once from the hit fast path; False if it cannot."""
 
-    def serve_planned(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
-        """Start answering a plain keep-alive HTTP/1.1 GET from a refresh plan; False if
-        none applies. If one does, as for ``serve_lean``."""
-
-    def serve_planned_miss(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
-        """As ``serve_planned``, from a miss plan."""
+    def serve_planned(
+        self, conn: ClientConnection, target: bytes, fields: RawFields
+    ) -> Planned | None:
+        """Start answering a plain keep-alive HTTP/1.1 GET from a refresh or a miss plan,
+        and say which; None if none applies. If one does, as for ``serve_lean``."""
 
     def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
         """Start answering a plain GET on the miss fast path; False if it cannot. If it
@@ -320,12 +321,11 @@ class ClientConnection(asyncio.Protocol):
         if method != b"GET" or version != "1.1" or not keep_alive:
             return _UNANSWERED
         self._lean = True
-        if self.handler.serve_planned(self, target, fields):
-            return _AGAIN
-        if self.handler.serve_planned_miss(self, target, fields):
-            return _ONCE
-        self._lean = False
-        return _UNANSWERED
+        planned = self.handler.serve_planned(self, target, fields)
+        if planned is None:
+            self._lean = False
+            return _UNANSWERED
+        return _AGAIN if planned == "refresh" else _ONCE
 
     def on_body(self, body: bytes) -> None:
         req = self._current

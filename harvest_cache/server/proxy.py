@@ -41,7 +41,7 @@ from harvest_cache.http.vary import vary_key, vary_names
 from harvest_cache.metrics import Traffic
 from harvest_cache.server.accesslog import AccessLog, Hierarchy
 from harvest_cache.server.acl import Access
-from harvest_cache.server.connection import ClientConnection
+from harvest_cache.server.connection import ClientConnection, Planned
 from harvest_cache.server.fetch import (
     Alternatives,
     Fetcher,
@@ -187,16 +187,15 @@ class Proxy:
             self._log.write(self._hot.log_line(entry, now, conn.client_bytes, size, head_only))
         return True
 
-    def serve_planned(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
+    def serve_planned(
+        self, conn: ClientConnection, target: bytes, fields: RawFields
+    ) -> Planned | None:
         if not self._access.client_allowed(conn.client_ip):
-            return False
-        return start_planned(self.lean, conn, target, fields)
-
-    def serve_planned_miss(self, conn: ClientConnection, target: bytes, fields: RawFields) -> bool:
-        if not self._access.client_allowed(conn.client_ip):
-            return False
+            return None
+        if start_planned(self.lean, conn, target, fields):
+            return "refresh"
         # (miss plans come from the lean path alone: misses the hierarchy routes have none)
-        return start_planned_miss(self.lean, conn, target, fields)
+        return "miss" if start_planned_miss(self.lean, conn, target, fields) else None
 
     def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
         if req.method != "GET" or not self._access.client_allowed(conn.client_ip):
