@@ -96,9 +96,11 @@ class ClientConnection(asyncio.Protocol):
         self._url = bytearray()
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._slow = False  # a field seen that keeps this request off the hit fast path
-        # heads parsed in the current read, and the last if it was answered (``_answer``)
+        # heads parsed in the current read, and the last if it was answered (``_answer``),
+        # with whether the client may well send it again
         self._heads_read = 0
         self._answered: ParsedHead | None = None
+        self._again = False
         self._field_bytes = 0
         self._head_bytes = 0
         self._in_head = False
@@ -211,7 +213,7 @@ class ClientConnection(asyncio.Protocol):
             # the same way again.
             answered = self._answered
             if fresh and self._heads_read == 1 and answered is not None and not self._in_head:
-                self.handler.heads.add(data, answered)
+                self.handler.heads.add(data, answered, self._again)
             self._answered = None
             self._heads_read = 0
         limit = self._config.max_request_line + self._config.max_header_bytes
@@ -302,8 +304,8 @@ class ClientConnection(asyncio.Protocol):
             return False
         self._url = bytearray()
         self._raw_headers = []
-        if answered is _AGAIN:
-            self._answered = head
+        self._answered = head
+        self._again = answered is _AGAIN
         return True
 
     def _answer(self, head: ParsedHead) -> object:

@@ -142,7 +142,7 @@ class Proxy:
         self._fetcher = Fetcher(config, name, store, router, tasks.spawn)
         self._refreshing: set[str] = set()  # keys revalidated in the background
         self._hot = HotIndex(store, name, config.server.cache_status_key)
-        self.heads = HeadMemo()
+        self.heads = HeadMemo(config.server.max_request_line)
         self.lean = LeanPath(
             config, name, store, pool, self._fetcher, access_log, traffic, self.heuristics, tasks
         )

@@ -54,6 +54,7 @@ def reused(cache: CacheServer) -> int:
 def assert_nothing_remembered(cache: CacheServer) -> None:
     assert reused(cache) == 0
     assert len(heads(cache)) == 0
+    assert heads(cache).field_blocks == 0
 
 
 def comparable(resp: RawResponse) -> bytes:
@@ -174,7 +175,10 @@ async def test_reads_holding_two_heads_are_not_remembered(
     finally:
         writer.close()
     assert reused(cache) == before
-    assert len(heads(cache)) == 2  # a and b, each remembered when it came alone
+    # a, remembered when it came alone; b then came alone with a's fields, and was answered
+    # by them.
+    assert len(heads(cache)) == 1
+    assert heads(cache).field_blocks == 1
 
 
 async def test_a_head_split_over_reads_or_followed_by_more_is_not_remembered(
@@ -344,21 +348,60 @@ async def test_a_planned_head_followed_by_another_is_not_remembered(
 # -- heads answered from a miss plan ------------------------------------------------------------
 
 
-async def test_heads_of_planned_misses_are_not_remembered(
+async def test_planned_misses_are_answered_unparsed_by_their_fields(
     origin: Origin, make_cache: MakeCache
 ) -> None:
-    """A miss names a new URL: its head is answered from the plan but not remembered (each
-    would only push others out)."""
+    """A miss names a new URL: its head is not remembered (each would only push others
+    out), but the fields after its request line are, and the next miss asked with the
+    same fields is answered without parsing, alike."""
     cache, objects, _, _ = await miss_planned_setup(make_cache, origin)
     paths = [f"/m/{i}" for i in range(2, 12)]
     serve(origin, objects, *paths)
+    before = planned_misses(cache)
     reader, writer = await open_proxy(port(cache))
     try:
         for path in paths:
             head = request_bytes("GET", origin.url(path), headers=MISS_FIELDS)
             (resp,) = await exchange(writer, reader, head)
+            assert resp.status == 200
             assert resp.body == objects.body(path)
+            assert resp.get("Content-Length") == str(len(objects.body(path)))
+        # Other fields: parsed, and answered in full.
+        other = request_bytes("GET", origin.url("/m/12"), headers=[*MISS_FIELDS, ("X-B", "1")])
+        serve(origin, objects, "/m/12")
+        (resp,) = await exchange(writer, reader, other)
+        assert resp.body == objects.body("/m/12")
     finally:
         writer.close()
-    assert planned_misses(cache) == len(paths)
+    assert planned_misses(cache) - before == len(paths)
     assert len(heads(cache)) == 0
+    assert heads(cache).field_blocks == 1
+    assert reused(cache) == len(paths) - 1  # all but the first
+    assert all(origin.hits[path] == 1 for path in paths)
+
+
+async def test_a_long_target_with_known_fields_is_still_refused(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    """Known fields do not skip the request line's limit: a target over it gets 414, though
+    a miss plan would have answered it."""
+    cache, objects, _, _ = await miss_planned_setup(
+        make_cache, origin, server={"max_request_line": 300}
+    )
+    fits, over = "/m/" + "p" * (300 - len(origin.url("/m/"))), "/m/" + "q" * 300
+    serve(origin, objects, "/m/2", fits, over)
+    reader, writer = await open_proxy(port(cache))
+    try:
+        for path in ("/m/2", fits):  # the fields are learnt; the next miss takes them
+            (resp,) = await exchange(
+                writer, reader, request_bytes("GET", origin.url(path), headers=MISS_FIELDS)
+            )
+            assert resp.body == objects.body(path)
+        assert (heads(cache).field_blocks, reused(cache)) == (1, 1)
+        (resp,) = await exchange(
+            writer, reader, request_bytes("GET", origin.url(over), headers=MISS_FIELDS)
+        )
+        assert resp.status == 414
+    finally:
+        writer.close()
+    assert over not in origin.hits
