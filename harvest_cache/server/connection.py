@@ -175,9 +175,7 @@ class ClientConnection(asyncio.Protocol):
         fresh = False  # this read begins a request while none is being answered
         if not self._in_head and self._current is None:
             if not self.busy:
-                parsed = self.handler.heads.get(data)
-                if parsed is not None and self._answer(parsed) is not _UNANSWERED:
-                    self.handler.heads.reused += 1
+                if self._answer_unparsed(data):
                     return
                 fresh = True
             self._start_head()
@@ -213,12 +211,33 @@ class ClientConnection(asyncio.Protocol):
             # the same way again.
             answered = self._answered
             if fresh and self._heads_read == 1 and answered is not None and not self._in_head:
-                self.handler.heads.add(data, answered, self._again)
+                if self._again:
+                    self.handler.heads.add(data, answered)
+                self.handler.heads.add_fields(data, answered)
             self._answered = None
             self._heads_read = 0
         limit = self._config.max_request_line + self._config.max_header_bytes
         if self._in_head and self._head_bytes > limit:
             self._reject(RequestError(431, "request head too large"))
+
+    def _answer_unparsed(self, data: bytes) -> bool:
+        """Answer a read that is a remembered head, or a plain request line and known fields
+        (the head is then remembered whole if the client may send it again)."""
+        heads = self.handler.heads
+        parsed = heads.get(data)
+        if parsed is not None:
+            answered = self._answer(parsed)
+        else:
+            parsed = heads.by_fields(data)
+            if parsed is None:
+                return False
+            answered = self._answer(parsed)
+            if answered is _AGAIN:
+                heads.add(data, parsed)
+        if answered is _UNANSWERED:
+            return False
+        heads.reused += 1
+        return True
 
     def attach_tunnel(
         self, sink: Callable[[bytes], None], eof: Callable[[], None], resume: Callable[[], None]

@@ -48,6 +48,24 @@ class FlightHead:
 
 
 class Flight:
+    # (one is made for every fetch, planned ones included: slots make that cheaper)
+    __slots__ = (
+        "_changed",
+        "_chunks",
+        "_cursors",
+        "_done",
+        "_error",
+        "_first",
+        "_head",
+        "_head_future",
+        "_held",
+        "_make_head",
+        "_next_reader",
+        "_space",
+        "key",
+        "window",
+    )
+
     def __init__(self, key: str, window: int) -> None:
         self.key = key
         self.window = window

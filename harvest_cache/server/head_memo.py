@@ -10,8 +10,9 @@ A client asking for objects it has not asked for before (a planned miss) sends n
 lines, but the same fields after them. So the fields of every head answered that way are kept
 too, by the bytes after a plain request line (``GET``, an ``http://`` URL of plain characters,
 ``HTTP/1.1``): a read made of such a line and known field bytes is the learnt head with that
-URL. llhttp reads each such URL as itself (tests/server/test_head_memo.py checks that against
-the parser), and the fields' bytes parse as they did.
+URL (and, once answered as one a client may send again, is remembered whole). llhttp reads
+each such URL as itself (tests/server/test_head_memo.py checks that against the parser), and
+the fields' bytes parse as they did.
 
 The same bytes parse the same way under the same limits, so the memo only skips work whose
 outcome is known; a memo belongs to one configuration (its proxy).
@@ -51,11 +52,15 @@ class HeadMemo:
         self.reused = 0  # requests answered unparsed (counted by the connections)
 
     def get(self, data: bytes) -> ParsedHead | None:
+        """The head remembered by exactly these bytes."""
         if len(data) > MAX_HEAD:
             return None  # (not hashed: a request body can arrive in large reads)
-        head = self._heads.get(data)
-        if head is not None or not self._fields:
-            return head
+        return self._heads.get(data)
+
+    def by_fields(self, data: bytes) -> ParsedHead | None:
+        """The head that ``data`` holds if it is a plain request line and known fields."""
+        if not self._fields or len(data) > MAX_HEAD:
+            return None
         line = _PLAIN_GET.match(data)
         if line is None:
             return None
@@ -67,18 +72,21 @@ class HeadMemo:
             return None
         return b"GET", target, "1.1", known[0], known[1]
 
-    def add(self, data: bytes, head: ParsedHead, again: bool) -> None:
-        """Remember ``head``, parsed alone from ``data`` and answered: by its bytes if the
-        client may well send it ``again``, and its fields by theirs if its line is plain."""
+    def add(self, data: bytes, head: ParsedHead) -> None:
+        """Remember ``head``, found alone in ``data``, by its bytes."""
         if len(data) > MAX_HEAD:
             return
-        if again:
-            if len(self._heads) >= _MAX_ENTRIES:
-                # All forgotten at once: taking out the oldest one at a time makes a dict
-                # slower to iterate at every removal, and heads are remade on their next
-                # answer.
-                self._heads.clear()
-            self._heads[data] = head
+        if len(self._heads) >= _MAX_ENTRIES:
+            # All forgotten at once: taking out the oldest one at a time makes a dict slower
+            # to iterate at every removal, and heads are remade on their next answer.
+            self._heads.clear()
+        self._heads[data] = head
+
+    def add_fields(self, data: bytes, head: ParsedHead) -> None:
+        """Remember the fields of ``head``, parsed alone from ``data``, by their bytes, if its
+        request line is plain."""
+        if len(data) > MAX_HEAD:
+            return
         line = _PLAIN_GET.match(data)
         if line is None or head[0] != b"GET" or line.group(1) != head[1]:
             return

@@ -70,7 +70,8 @@ class LeanPath:
     ``answered`` counts requests answered here, ``handed_over`` those passed to the general
     path after they started here, ``planned`` the answered ones that repeated a refresh plan
     (``recognised`` of them with a 304 recognised unparsed) and ``planned_misses`` those that
-    repeated a miss plan (for metrics, and for tests to see which path ran).
+    repeated a miss plan (``recognised_misses`` of them with a response recognised unparsed);
+    for metrics, and for tests to see which path ran.
     """
 
     def __init__(
@@ -103,6 +104,7 @@ class LeanPath:
         self.planned = 0
         self.recognised = 0
         self.planned_misses = 0
+        self.recognised_misses = 0
         self._running: set[Step] = set()
         self._all_done: asyncio.Future[None] | None = None
 

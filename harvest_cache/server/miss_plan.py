@@ -28,6 +28,7 @@ from typing import cast
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.forwarding import HOP_BY_HOP, forwarded_head
 from harvest_cache.http.headers import RawFields
+from harvest_cache.http.reply_shape import ReplyShape, shape_of, values_in
 from harvest_cache.http.target import PLAIN_PATH, Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
 from harvest_cache.store.entry import StoredHead
@@ -75,6 +76,10 @@ class MissPlan:
     stored_varying: tuple[tuple[int, str, int], ...]  # (position, name, index in the reply)
     head_parts: tuple[bytes | int, ...]  # client head: bytes, and indexes of varying values
     content_type: str
+    # The shape of a planned response, learnt from one parsed as planned (a keep-alive one):
+    # later ones are recognised in their bytes, unparsed (``recognised``).
+    shape: ReplyShape | None = None
+    shape_learnt: bool = False
 
     def rest_of(self, raw_target: bytes, slash: int) -> bytes | None:
         """The path and query of ``raw_target`` if it is one this plan can fetch."""
@@ -103,6 +108,29 @@ class MissPlan:
             return None
         length = int(value)
         return length if length <= self.max_length else None
+
+    def learn_shape(self, version: str, raw: list[tuple[bytes, bytes]]) -> None:
+        """Learn the shape of a response that ``match`` took, parsed as HTTP/``version``."""
+        gaps = tuple(at for at, _ in self.varying)
+        self.shape = shape_of(version, self.status, self.reason, raw, gaps)
+        self.shape_learnt = True
+
+    def recognised(self, data: bytes) -> tuple[list[tuple[bytes, bytes]], int, int] | None:
+        """The raw fields and body length of the response that ``data`` holds whole, and
+        where its body starts, if it has the learnt shape and a body as planned; else None."""
+        if self.shape is None:
+            return None
+        found = values_in(self.shape, data)
+        if found is None:
+            return None
+        raw, end = found
+        value = raw[self.length_at][1]
+        if not value.isdigit() or len(value) > 9:
+            return None
+        length = int(value)
+        if length > self.max_length or len(data) - end != length:
+            return None  # (more or fewer bytes than the body: the parser handles them)
+        return raw, length, end
 
     def stored_head(
         self,

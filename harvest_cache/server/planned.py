@@ -91,21 +91,22 @@ class PlannedRefresh:
     @guarded
     def send(self) -> None:
         plan = self._plan
-        recognise = self.recognise if plan.reply_bytes is not None else None
+        recognise = self.recognise if plan.reply_shape is not None else None
         conn, upstream = self._conn, self._upstream
         self._request_time = send_planned(self._path, self, conn, upstream, plan.request, recognise)
 
     def recognise(self, data: bytes) -> ResponseHead | None:
         """The planned 304 recognised in the first bytes of the response, unparsed."""
-        plan = self._plan
-        date = plan.date_in(data)
-        if date is None or self._conn.must_close:
+        plan, shape = self._plan, self._plan.reply_shape
+        found = plan.recognised(data)
+        if found is None or shape is None or self._conn.must_close:
             return None
-        self._refresh(date, plan.reply_reason)
+        date, fields = found
+        self._refresh(date, shape.reason)
         if self._answer is None:
             return None  # (the step failed: the exchange was abandoned)
         self._path.recognised += 1
-        return ResponseHead(304, plan.reply_reason, plan.reply_version, plan.reply_fields(date))
+        return ResponseHead(304, shape.reason, shape.version, fields)
 
     # -- Listener ----------------------------------------------------------------------------
 
@@ -116,7 +117,7 @@ class PlannedRefresh:
         if date is None or self._conn.must_close:
             self._unplanned().on_head(head)
             return
-        if plan.reply_bytes is None and head.keep_alive:
+        if not plan.reply_learnt and head.keep_alive:
             plan.learn_reply(head.version, head.reason, date)
         self._refresh(date, head.reason)
 

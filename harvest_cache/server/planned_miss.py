@@ -106,8 +106,27 @@ class PlannedMiss:
 
     @guarded
     def send(self) -> None:
-        request = self._plan.request(self._rest)
-        self._request_time = send_planned(self._path, self, self._conn, self._upstream, request)
+        plan = self._plan
+        recognise = self.recognise if plan.shape is not None else None
+        conn, upstream = self._conn, self._upstream
+        request = plan.request(self._rest)
+        self._request_time = send_planned(self._path, self, conn, upstream, request, recognise)
+
+    def recognise(self, data: bytes) -> ResponseHead | None:
+        """The planned response recognised whole in the first bytes from the origin, unparsed
+        (the upstream connection then ends the exchange)."""
+        plan, shape = self._plan, self._plan.shape
+        found = plan.recognised(data)
+        if found is None or shape is None or self._conn.must_close:
+            return None
+        raw, length, start = found
+        self._response_time = time.time()
+        head = ResponseHead(plan.status, plan.reason, shape.version, raw)
+        self._take(head, length, data[start:])
+        if self._head is None:
+            return None  # (the step failed: the exchange was abandoned)
+        self._path.recognised_misses += 1
+        return head
 
     # -- Listener ----------------------------------------------------------------------------
 
@@ -119,7 +138,13 @@ class PlannedMiss:
         if length is None or self._conn.must_close:
             self._unplanned().on_head(head)
             return
-        self._head = head
+        if not plan.shape_learnt and head.keep_alive:
+            plan.learn_shape(head.version, head.raw)
+        self._take(head, length)
+
+    @guarded
+    def _take(self, head: ResponseHead, length: int, body: bytes = b"") -> None:
+        """The planned response's head (and, if recognised whole, its ``body``) arrived."""
         peer = self._upstream.peer_ip
 
         def flight_head() -> FlightHead:
@@ -128,7 +153,11 @@ class PlannedMiss:
             return FlightHead(head.status, head.reason, fields, True, peer, stored=True)
 
         self._flight.publish_head_lazily(flight_head)
-        self._client_head = plan.client_head(head.raw, length)
+        self._client_head = self._plan.client_head(head.raw, length)
+        if body:
+            self._chunks.append(body)
+            self._flight.publish_nowait(body)
+        self._head = head
 
     @guarded
     def on_body(self, chunk: bytes) -> None:

@@ -22,6 +22,7 @@ from harvest_cache.http.dates import parse_http_date
 from harvest_cache.http.forwarding import forwarded_head
 from harvest_cache.http.freshness import initial_age
 from harvest_cache.http.headers import RawFields, stored_fields
+from harvest_cache.http.reply_shape import ReplyShape, shape_of, values_in
 from harvest_cache.http.target import Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
 from harvest_cache.store.entry import StoredHead
@@ -54,12 +55,10 @@ class RefreshPlan:
     content_type: str
     peer: str  # the origin address the log tail names
     log_tail: bytes
-    # The planned 304's bytes before and after its Date value, once one was parsed (a
-    # keep-alive one): the next is recognised in them, unparsed (``date_in``).
-    reply_bytes: tuple[bytes, bytes] | None = None
-    reply_date_length: int = 0
-    reply_version: str = "1.1"
-    reply_reason: str = ""
+    # The shape of the planned 304, learnt from one parsed as planned (a keep-alive one): the
+    # next is recognised in its bytes, unparsed (``recognised``).
+    reply_shape: ReplyShape | None = None
+    reply_learnt: bool = False
     # Our Cache-Status member around its ttl (``cache_status.ttl_parts``), once made.
     status_parts: tuple[str, str] | None = None
 
@@ -91,34 +90,21 @@ class RefreshPlan:
         return date.decode("latin-1") if reply[at + 1 :] == self.reply_after else None
 
     def learn_reply(self, version: str, reason: str, date: str) -> None:
-        """Learn the bytes of the planned 304 from one parsed as planned (with ``date``):
-        its status line as llhttp reads it, its fields as ``name: value`` lines."""
-        line = b"HTTP/%b 304 %b\r\n" % (version.encode("ascii"), reason.encode("latin-1"))
-        before = b"".join(b"%b: %b\r\n" % field for field in self.reply_before)
-        after = b"".join(b"%b: %b\r\n" % field for field in self.reply_after)
-        self.reply_bytes = (
-            b"%b%b%b: " % (line, before, self.reply_date),
-            b"\r\n%b\r\n" % after,
-        )
-        self.reply_version, self.reply_reason = version, reason
-        self.reply_date_length = len(date)
+        """Learn the shape of the planned 304 from one parsed as planned, with ``date``."""
+        gap = (len(self.reply_before),)
+        self.reply_shape = shape_of(version, 304, reason, self.reply_fields(date), gap)
+        self.reply_learnt = True
 
-    def date_in(self, data: bytes) -> str | None:
-        """The Date of ``data`` if it is exactly the learnt 304 but for the Date's value,
-        which must parse as the field value it is: printable ASCII, no leading or trailing
-        white space (those bytes then parse as that 304 would), else None."""
-        if self.reply_bytes is None:
+    def recognised(self, data: bytes) -> tuple[str, list[tuple[bytes, bytes]]] | None:
+        """The Date and fields of ``data`` if it is exactly the learnt 304 but for its Date
+        (``reply_shape``), else None."""
+        if self.reply_shape is None:
             return None
-        before, after = self.reply_bytes
-        end = len(data) - len(after)
-        if end - len(before) != self.reply_date_length:
-            return None
-        if not data.startswith(before) or not data.endswith(after):
-            return None
-        date = data[len(before) : end].decode("latin-1")
-        if not (date.isascii() and date.isprintable()) or date != date.strip(" \t"):
-            return None
-        return date
+        found = values_in(self.reply_shape, data)
+        if found is None or found[1] != len(data):
+            return None  # (bytes after the 304: the parser handles them)
+        fields, _ = found
+        return fields[len(self.reply_before)][1].decode("latin-1"), fields
 
     def reply_fields(self, date: str) -> list[tuple[bytes, bytes]]:
         """The planned 304's raw fields with ``date``."""

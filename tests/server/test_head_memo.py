@@ -29,7 +29,7 @@ def memo() -> HeadMemo:
 
 def test_a_head_is_found_by_its_exact_bytes() -> None:
     m = memo()
-    m.add(head(1), parsed(1), again=True)
+    m.add(head(1), parsed(1))
     assert m.get(head(1)) == parsed(1)
     assert m.get(head(1).lower()) is None
     assert m.get(head(1) + b"\r\n") is None
@@ -40,9 +40,9 @@ def test_heads_over_the_size_bound_are_neither_kept_nor_looked_up() -> None:
     fits = head(1)[:-2] + b"X: " + b"p" * (MAX_HEAD - len(head(1)) - 5) + b"\r\n\r\n"
     over = fits[:-4] + b"p\r\n\r\n"
     assert (len(fits), len(over)) == (MAX_HEAD, MAX_HEAD + 1)
-    m.add(fits, parsed(1), again=True)
-    m.add(over, parsed(2), again=True)
-    assert (len(m), m.field_blocks) == (1, 1)
+    m.add(fits, parsed(1))
+    m.add(over, parsed(2))
+    assert len(m) == 1
     assert m.get(fits) == parsed(1)
     assert m.get(over) is None
 
@@ -50,10 +50,10 @@ def test_heads_over_the_size_bound_are_neither_kept_nor_looked_up() -> None:
 def test_all_heads_are_forgotten_at_the_entry_bound() -> None:
     m = memo()
     for n in range(4096):
-        m.add(head(n), parsed(n), again=True)
+        m.add(head(n), parsed(n))
     assert len(m) == 4096
     assert m.get(head(0)) == parsed(0)
-    m.add(head(4096), parsed(4096), again=True)
+    m.add(head(4096), parsed(4096))
     assert len(m) == 1
     assert m.get(head(4096)) == parsed(4096)
 
@@ -61,17 +61,23 @@ def test_all_heads_are_forgotten_at_the_entry_bound() -> None:
 # -- field blocks after plain request lines -------------------------------------------------
 
 
-def learnt(again: bool = False) -> HeadMemo:
+def learnt() -> HeadMemo:
     m = memo()
-    m.add(b"GET http://h/a HTTP/1.1\r\n" + FIELDS, (b"GET", b"http://h/a", "1.1", True, RAW), again)
+    m.add_fields(b"GET http://h/a HTTP/1.1\r\n" + FIELDS, (b"GET", b"http://h/a", "1.1", True, RAW))
     return m
 
 
-def test_a_head_answered_once_leaves_its_fields_not_its_bytes() -> None:
+def test_learnt_fields_are_found_after_another_plain_request_line() -> None:
     m = learnt()
     assert (len(m), m.field_blocks) == (0, 1)
     target = b"http://origin.example:8080/b/c?d=e&f=%20"
-    assert m.get(b"GET " + target + b" HTTP/1.1\r\n" + FIELDS) == (b"GET", target, "1.1", True, RAW)
+    assert m.by_fields(b"GET " + target + b" HTTP/1.1\r\n" + FIELDS) == (
+        b"GET",
+        target,
+        "1.1",
+        True,
+        RAW,
+    )
 
 
 @pytest.mark.parametrize(
@@ -96,36 +102,36 @@ def test_a_head_answered_once_leaves_its_fields_not_its_bytes() -> None:
 )
 def test_only_plain_request_lines_take_learnt_fields(line: bytes) -> None:
     m = learnt()
-    assert m.get(line + FIELDS) is None
+    assert m.by_fields(line + FIELDS) is None
     other = memo()
-    other.add(line + FIELDS, (b"GET", b"http://h/b", "1.1", True, RAW), again=False)
+    other.add_fields(line + FIELDS, (b"GET", b"http://h/b", "1.1", True, RAW))
     assert other.field_blocks == 0
 
 
 def test_other_field_bytes_are_not_taken() -> None:
     m = learnt()
     for fields in (FIELDS[:-2], FIELDS + b"\r\n", FIELDS.lower(), b"Host: h\r\n\r\n"):
-        assert m.get(b"GET http://h/b HTTP/1.1\r\n" + fields) is None
+        assert m.by_fields(b"GET http://h/b HTTP/1.1\r\n" + fields) is None
 
 
 def test_a_target_over_the_configured_length_is_left_to_the_parser() -> None:
     m = HeadMemo(256)
-    m.add(b"GET http://h/a HTTP/1.1\r\n" + FIELDS, (b"GET", b"http://h/a", "1.1", True, RAW), False)
+    m.add_fields(b"GET http://h/a HTTP/1.1\r\n" + FIELDS, (b"GET", b"http://h/a", "1.1", True, RAW))
     fits = b"http://h/" + b"p" * (256 - 9)
     assert len(fits) == 256
-    assert m.get(b"GET " + fits + b" HTTP/1.1\r\n" + FIELDS) is not None
-    assert m.get(b"GET " + fits + b"p HTTP/1.1\r\n" + FIELDS) is None
+    assert m.by_fields(b"GET " + fits + b" HTTP/1.1\r\n" + FIELDS) is not None
+    assert m.by_fields(b"GET " + fits + b"p HTTP/1.1\r\n" + FIELDS) is None
 
 
 def test_field_blocks_are_forgotten_at_their_bound() -> None:
     m = memo()
     for n in range(256):
         data = b"GET http://h/a HTTP/1.1\r\nX: %d\r\n\r\n" % n
-        m.add(data, (b"GET", b"http://h/a", "1.1", True, ((b"X", b"%d" % n),)), False)
+        m.add_fields(data, (b"GET", b"http://h/a", "1.1", True, ((b"X", b"%d" % n),)))
     assert m.field_blocks == 256
-    m.add(b"GET http://h/a HTTP/1.1\r\n" + FIELDS, (b"GET", b"http://h/a", "1.1", True, RAW), False)
+    m.add_fields(b"GET http://h/a HTTP/1.1\r\n" + FIELDS, (b"GET", b"http://h/a", "1.1", True, RAW))
     assert m.field_blocks == 1
-    assert m.get(b"GET http://h/b HTTP/1.1\r\nX: 0\r\n\r\n") is None
+    assert m.by_fields(b"GET http://h/b HTTP/1.1\r\nX: 0\r\n\r\n") is None
 
 
 class Parsed:
@@ -158,7 +164,8 @@ class Parsed:
 
 def as_parsed(data: bytes) -> ParsedHead:
     p = Parsed(data)
-    assert not p.error and p.complete
+    assert not p.error
+    assert p.complete
     return p.method, p.url, p.version, p.keep_alive, tuple(p.fields)
 
 
@@ -180,12 +187,12 @@ def test_whatever_is_found_parses_as_the_memo_says(
     into exactly the head the memo returns, whatever was changed in it."""
     first = b"GET http://h/a HTTP/1.1\r\n" + learnt_fields
     m = memo()
-    m.add(first, as_parsed(first), again=False)
+    m.add_fields(first, as_parsed(first))
     assert m.field_blocks == 1
     data = b"GET http://" + host + b"/" + path + b" HTTP/1.1\r\n" + learnt_fields
     for at, cut, insert in edits:
         at %= len(data) + 1
         data = data[:at] + insert + data[at + cut :]
-    found = m.get(data)
+    found = m.by_fields(data)
     if found is not None:
         assert as_parsed(data) == found
