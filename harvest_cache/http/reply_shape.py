@@ -15,8 +15,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RawFields = list[tuple[bytes, bytes]]
-
 # A value that parses as itself: visible ASCII and inner spaces, nothing at either edge that
 # the parser would strip; a Content-Length: digits.
 _VALUE = rb"([!-~](?:[ -~]*[!-~])?)"
@@ -38,7 +36,7 @@ def _plain(value: bytes) -> bool:
 
 
 def shape_of(
-    version: str, status: int, reason: str, fields: RawFields, gaps: tuple[int, ...]
+    version: str, status: int, reason: str, fields: list[tuple[bytes, bytes]], gaps: tuple[int, ...]
 ) -> ReplyShape | None:
     """The shape of a response parsed with these parts, its values at ``gaps`` free; None if
     it cannot be spelt back as it parsed (then nothing is recognised): a reason or value that
@@ -61,7 +59,7 @@ def shape_of(
     return ReplyShape(version, status, reason, tuple(fields), named, head)
 
 
-def values_in(shape: ReplyShape, data: bytes) -> tuple[RawFields, int] | None:
+def values_in(shape: ReplyShape, data: bytes) -> tuple[list[tuple[bytes, bytes]], int] | None:
     """The fields of the head that ``data`` begins with, and where that head ends, if it is
     the shape's head with a plain value in each gap (digits for a Content-Length); else
     None."""

@@ -103,7 +103,10 @@ class MissPlan:
         for at, name in self.varying:
             if raw[at][0] != name:
                 return None
-        value = raw[self.length_at][1]
+        return self._length(raw[self.length_at][1])
+
+    def _length(self, value: bytes) -> int | None:
+        """A Content-Length value as a body length this plan takes, else None."""
         if not value.isdigit() or len(value) > 9:
             return None
         length = int(value)
@@ -124,11 +127,8 @@ class MissPlan:
         if found is None:
             return None
         raw, end = found
-        value = raw[self.length_at][1]
-        if not value.isdigit() or len(value) > 9:
-            return None
-        length = int(value)
-        if length > self.max_length or len(data) - end != length:
+        length = self._length(raw[self.length_at][1])
+        if length is None or len(data) - end != length:
             return None  # (more or fewer bytes than the body: the parser handles them)
         return raw, length, end
 
