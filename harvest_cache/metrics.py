@@ -321,6 +321,12 @@ class CacheCollector:
             {("read",): store.read_failures, ("write",): store.write_failures},
         )
         proxy = server.proxy
+        yield _gauge(
+            "harvest_cache_page_copy_bytes",
+            "Bytes of hot bodies also held in memory files, sent from there by the kernel.",
+            (),
+            {(): proxy.page_bytes if proxy is not None else 0},
+        )
         waiting = sum(f.readers for f in proxy.flights()) if proxy is not None else 0
         yield _gauge(
             "harvest_cache_collapsed_waiters",

@@ -9,6 +9,7 @@ slow-loris clients) and an idle timeout between requests.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -74,6 +75,7 @@ class ClientConnection(asyncio.Protocol):
         self._on_close = on_close
         self._refuse = refuse  # over the connection limit: accepted only to be closed
         self.transport: asyncio.Transport | None = None
+        self._fileno = -1  # the client socket's, for sendfile
         self.client_ip = "-"
         self.client_bytes = b"-"
         self._loop = asyncio.get_running_loop()
@@ -122,6 +124,8 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        self._fileno = sock.fileno() if sock is not None else -1
         peer = transport.get_extra_info("peername")
         self.client_ip = peer[0] if peer else "-"
         self.client_bytes = self.client_ip.encode()
@@ -378,6 +382,29 @@ class ClientConnection(asyncio.Protocol):
                 self.transport.write(head + body)
             else:
                 self.transport.writelines((head, body))
+
+    def write_paged(self, head: bytes, body: bytes, pages: int) -> None:
+        """A whole response whose body is also in the memory file ``pages``: the head
+        written, then the body sent from the file's pages by the kernel (sendfile), and
+        whatever the socket did not take at once written from ``body``.
+
+        The file is used only while nothing is queued before it: the bytes must go out in
+        order, and a queued transport may even be closing."""
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        if self._fileno < 0 or transport.get_write_buffer_size():
+            transport.writelines((head, body))
+            return
+        transport.write(head)
+        sent = 0
+        if not transport.get_write_buffer_size() and not transport.is_closing():
+            try:
+                sent = os.sendfile(self._fileno, pages, 0, len(body))
+            except OSError:
+                sent = 0  # a full socket, or a broken one: the transport finds out below
+        if sent < len(body):
+            transport.write(memoryview(body)[sent:])
 
     async def drain(self) -> None:
         if not self._writable.is_set():

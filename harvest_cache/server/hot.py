@@ -16,6 +16,7 @@ from harvest_cache.http.cache_status import string_item
 from harvest_cache.http.forwarding import add_via, response_head
 from harvest_cache.http.headers import Headers
 from harvest_cache.server.accesslog import line_rest, line_tail, time_field
+from harvest_cache.server.pages import BodyPages, PageCopy
 from harvest_cache.store.interface import ObjectStore, StoredObject
 
 # Request fields that call for the full policy, or announce a body: any of them sends a
@@ -62,13 +63,21 @@ class HotEntry:
     log_rests: dict[tuple[bytes, int, bool], bytes] = field(default_factory=dict)
     # The last head made: Age, ttl, the ending, and the head (it changes once a second).
     last_head: tuple[int, int, bytes, bytes] = (-1, 0, b"", b"")
+    pages: PageCopy | None = None  # the body in a memory file, for sendfile
 
 
 class HotIndex:
     """Raw request targets of recent memory hits, with their prepared heads."""
 
-    def __init__(self, store: ObjectStore, name: str, status_keys: bool = False) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        name: str,
+        status_keys: bool = False,
+        pages: BodyPages | None = None,
+    ) -> None:
         self._store = store
+        self._pages = pages
         self._name = name
         self._status_keys = status_keys  # Cache-Status names the key
         self._entries: dict[bytes, HotEntry] = {}
@@ -108,6 +117,7 @@ class HotIndex:
             line_tail("GET", key, content_type=content_type),
             line_tail("HEAD", key, content_type=content_type),
             key_param,
+            pages=self._pages.copy(obj.body) if self._pages is not None else None,
         )
 
     def lookup(self, target: bytes, now: float) -> HotEntry | None:

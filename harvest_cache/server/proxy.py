@@ -53,6 +53,7 @@ from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, Started
 from harvest_cache.server.head_memo import HeadMemo
 from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
 from harvest_cache.server.lean import LeanPath
+from harvest_cache.server.pages import BodyPages
 from harvest_cache.server.planned import start_planned
 from harvest_cache.server.planned_miss import start_planned_miss
 from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
@@ -141,7 +142,9 @@ class Proxy:
         self._own_hosts, self._own_port = own
         self._fetcher = Fetcher(config, name, store, router, tasks.spawn)
         self._refreshing: set[str] = set()  # keys revalidated in the background
-        self._hot = HotIndex(store, name, config.server.cache_status_key)
+        # Page copies of hot bodies may take an eighth as much again as the memory tier.
+        self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
+        self._hot = HotIndex(store, name, config.server.cache_status_key, self._pages)
         self.heads = HeadMemo(config.server.max_request_line)
         self.lean = LeanPath(
             config, name, store, pool, self._fetcher, access_log, traffic, self.heuristics, tasks
@@ -161,6 +164,11 @@ class Proxy:
         """Objects the hit fast path can answer now (a gauge for operators and tests)."""
         return len(self._hot)
 
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of hot bodies copied into memory files for sendfile (a gauge)."""
+        return self._pages.held
+
     # -- entry points ----------------------------------------------------------------------
 
     def serve_fast(
@@ -176,7 +184,10 @@ class Proxy:
         if head_only:
             conn.write(head)
         else:
-            conn.write_response(head, entry.body)
+            if entry.pages is None:
+                conn.write_response(head, entry.body)
+            else:
+                conn.write_paged(head, entry.body, entry.pages.fd)
             size += len(entry.body)
         status = entry.obj.head.status
         traffic = self._traffic

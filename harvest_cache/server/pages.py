@@ -1,0 +1,64 @@
+"""Copies of hot bodies in memory files, for the kernel to send without copying them again.
+
+Writing a body from Python memory copies it into the socket's buffers on every hit;
+``sendfile`` from a memory file (memfd) only takes references to the file's pages. Measured
+with bench/run.py on loopback, the proxy's CPU for 256 KiB hits fell from 97-98% of its core
+to 63-82% while serving more. Below 64 KiB the copy costs about what the extra system call
+does (16 KiB hits showed no gain). Above 1 MiB the loopback client, reading pages that no
+cache holds, went slower than with copied bodies (2.2-2.6 GiB/s against 3.6), so such bodies
+keep ordinary writes.
+
+A copy costs its bytes again, so copies are bounded in bytes; each is freed (its file closed)
+when the last reference to it goes, which is when the hit fast path forgets its entry.
+"""
+
+from __future__ import annotations
+
+import os
+
+MIN_BYTES = 64 << 10
+MAX_BYTES = 1 << 20
+
+
+class PageCopy:
+    """One body's bytes in a memory file (``fd``), freed with the object."""
+
+    __slots__ = ("_owner", "fd", "size")
+
+    def __init__(self, fd: int, size: int, owner: BodyPages) -> None:
+        self.fd = fd
+        self.size = size
+        self._owner = owner
+
+    def __del__(self) -> None:
+        os.close(self.fd)
+        self._owner.held -= self.size
+
+
+class BodyPages:
+    """Makes page copies of bodies while their bytes stay within ``budget``."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held = 0  # bytes in live copies
+
+    def copy(self, body: bytes) -> PageCopy | None:
+        """A copy of ``body``, or None: outside the sizes worth it, or over the budget, or
+        no memory file to be had (too many open files, or no memfd on this system)."""
+        size = len(body)
+        if not MIN_BYTES <= size <= MAX_BYTES or self.held + size > self.budget:
+            return None
+        try:
+            fd = os.memfd_create("harvest-body")
+        except (OSError, AttributeError):
+            return None
+        try:
+            view = memoryview(body)
+            written = 0
+            while written < size:
+                written += os.write(fd, view[written:])
+        except OSError:
+            os.close(fd)
+            return None
+        self.held += size
+        return PageCopy(fd, size, self)
