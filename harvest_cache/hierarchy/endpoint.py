@@ -71,6 +71,8 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         origin_rtt: Callable[[str], float | None] = lambda host: None,
     ) -> None:
         self._store = store
+        self._peek = store.peek_memory
+        self._has_disk = store.has_disk
         self._on_reply = on_reply
         self._origin_rtt = origin_rtt
         self._heuristics = heuristics
@@ -147,7 +149,7 @@ class IcpEndpoint(asyncio.DatagramProtocol):
         known = self._known.get(spelt)
         # (A query is not a use of the object, so the memory tier is only peeked at: the
         # fetch that follows a HIT is one.)
-        peek = self._store.peek_memory
+        peek = self._peek
         if (
             known is None
             or peek(known.url) is not known.found
@@ -163,7 +165,7 @@ class IcpEndpoint(asyncio.DatagramProtocol):
                     return False
             found = peek(url)
             if found is None:
-                if self._store.has_disk:
+                if self._has_disk:
                     return False  # it may be on disk: looking is I/O
                 known = _NOTHING  # (not remembered: one-off misses would crowd out the rest)
             else:

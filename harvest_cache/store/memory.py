@@ -7,6 +7,7 @@ and a relink (``OrderedDict.move_to_end``, O(1) in C): no locks, no I/O, no allo
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from itertools import chain
 
 from harvest_cache.store.entry import StoredHead, VaryMarker
@@ -55,6 +56,9 @@ class MemoryTier:
         # while a dict of strings and ints is not walked at all.
         self._entries: OrderedDict[str, Found] = OrderedDict()
         self._sizes: dict[str, int] = {}
+        # What a key holds, without making it the most recently used: the dict's own look-up,
+        # with no Python frame (ICP asks it of every query).
+        self.peek: Callable[[str], Found | None] = self._entries.get
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -74,10 +78,6 @@ class MemoryTier:
         if found is not None:
             self._entries.move_to_end(key)
         return found
-
-    def peek(self, key: str) -> Found | None:
-        """What ``key`` holds, without making it the most recently used."""
-        return self._entries.get(key)
 
     def put(self, key: str, found: Found) -> bool:
         """Store ``found`` under ``key``; if it does not fit, drop whatever the key held."""

@@ -67,6 +67,7 @@ class TieredStore:
         max_object: int,
     ) -> None:
         self.memory = memory
+        self.peek_memory = memory.peek  # (ObjectStore's, bound once: no frame of ours)
         self.max_object = max_object
         self.read_failures = 0
         self.write_failures = 0
@@ -94,9 +95,6 @@ class TieredStore:
 
     def get_memory(self, key: str) -> Found | None:
         return self.memory.get(key)
-
-    def peek_memory(self, key: str) -> Found | None:
-        return self.memory.peek(key)
 
     async def get(self, key: str) -> Found | None:
         found = self.memory.get(key)
