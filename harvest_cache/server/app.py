@@ -222,6 +222,7 @@ class CacheServer:
         for conn in self.connections:
             conn.handler = proxy
         if old_proxy is not None:
+            old_proxy.retire()
             self._retired = [p for p in self._retired if p.busy]
             self._retired.append(old_proxy)
         if old_neighbours is not None:

@@ -161,5 +161,9 @@ class HotIndex:
             entry.log_rests[key] = rest
         return time_field(now) + rest
 
+    def clear(self) -> None:
+        """Forget every entry (and so free their page copies)."""
+        self._entries.clear()
+
     def __len__(self) -> int:
         return len(self._entries)

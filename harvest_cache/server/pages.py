@@ -2,11 +2,11 @@
 
 Writing a body from Python memory copies it into the socket's buffers on every hit;
 ``sendfile`` from a memory file (memfd) only takes references to the file's pages. Measured
-with bench/run.py on loopback, the proxy's CPU for 256 KiB hits fell from 97-98% of its core
-to 63-82% while serving more. Below 64 KiB the copy costs about what the extra system call
-does (16 KiB hits showed no gain). Above 1 MiB the loopback client, reading pages that no
-cache holds, went slower than with copied bodies (2.2-2.6 GiB/s against 3.6), so such bodies
-keep ordinary writes.
+with bench/run.py on loopback, 256 KiB hits at the client's own limit took 65-78% of the
+proxy's core instead of 95-99%, with the median latency down by a third. 16 KiB hits showed
+no gain (the copy costs about what the extra system call does), hence the 64 KiB floor.
+4 MiB bodies reached the loopback client slower from pages than copied (2.2-2.6 GiB/s against
+3.6-4.1; it then reads memory no CPU cache holds, probably), hence the 1 MiB ceiling.
 
 A copy costs its bytes again, so copies are bounded in bytes; each is freed (its file closed)
 when the last reference to it goes, which is when the hit fast path forgets its entry.

@@ -221,6 +221,12 @@ class Proxy:
             return False
         return self._access.port_allowed(target.port) and self.lean.start(req, target, conn)
 
+    def retire(self) -> None:
+        """A reload replaced this proxy: its prepared hits, and the page copies they hold,
+        are no longer wanted (requests it still answers take the full path)."""
+        self._pages.budget = 0
+        self._hot.clear()
+
     async def drain(self, grace: float) -> None:
         """Let requests on the miss fast path finish, for up to ``grace`` seconds."""
         await self.lean.drain(grace)

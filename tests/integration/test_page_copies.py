@@ -113,3 +113,19 @@ async def test_copies_stay_within_an_eighth_of_the_memory_tier(
                 assert got == body
     # 4 MiB / 8 = 512 KiB: two copies of 200,000 bytes fit, a third does not.
     assert page_bytes(cache) == 2 * 200_000
+
+
+async def test_a_reload_frees_the_retired_proxys_copies(
+    origin: Origin, cache: CacheServer, client: ProxyClient
+) -> None:
+    bodies = await warm(origin, client)
+    retired = cache.proxy
+    assert retired is not None
+    assert retired.page_bytes == SIZES["/paged"] + SIZES["/smallest"]
+    await cache.reload(cache.config)
+    assert retired.page_bytes == 0
+    assert retired.hot_entries == 0
+    for _ in range(3):  # the new proxy makes its own entry and copy
+        resp, got = await client.get(origin.url("/paged"))
+        assert (resp.status, got) == (200, bodies["/paged"])
+    assert page_bytes(cache) == SIZES["/paged"]
