@@ -8,8 +8,10 @@ no gain (the copy costs about what the extra system call does), hence the 64 KiB
 4 MiB bodies reached the loopback client slower from pages than copied (2.2-2.6 GiB/s against
 3.6-4.1; it then reads memory no CPU cache holds, probably), hence the 1 MiB ceiling.
 
-A copy costs its bytes again, so copies are bounded in bytes; each is freed (its file closed)
-when the last reference to it goes, which is when the hit fast path forgets its entry.
+A copy costs its bytes again and holds a file open, so copies are bounded in bytes and in
+number (``MAX_FILES``, a small share of any limit on open files, so that clients can still
+connect); each is freed (its file closed) when the last reference to it goes, which is when
+the hit fast path forgets its entry.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 
 MIN_BYTES = 64 << 10
 MAX_BYTES = 1 << 20
+MAX_FILES = 128
 
 
 class PageCopy:
@@ -33,20 +36,26 @@ class PageCopy:
     def __del__(self) -> None:
         os.close(self.fd)
         self._owner.held -= self.size
+        self._owner.files -= 1
 
 
 class BodyPages:
-    """Makes page copies of bodies while their bytes stay within ``budget``."""
+    """Makes page copies of bodies while their bytes stay within ``budget`` and their
+    number within ``max_files``."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, max_files: int = MAX_FILES) -> None:
         self.budget = budget
+        self.max_files = max_files
         self.held = 0  # bytes in live copies
+        self.files = 0  # live copies
 
     def copy(self, body: bytes) -> PageCopy | None:
         """A copy of ``body``, or None: outside the sizes worth it, or over the budget, or
         no memory file to be had (too many open files, or no memfd on this system)."""
         size = len(body)
         if not MIN_BYTES <= size <= MAX_BYTES or self.held + size > self.budget:
+            return None
+        if self.files >= self.max_files:
             return None
         try:
             fd = os.memfd_create("harvest-body")
@@ -61,4 +70,5 @@ class BodyPages:
             os.close(fd)
             return None
         self.held += size
+        self.files += 1
         return PageCopy(fd, size, self)

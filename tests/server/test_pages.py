@@ -65,6 +65,16 @@ def test_copies_stay_within_the_budget_and_a_freed_one_makes_room() -> None:
     assert pages.held == 2 * MIN_BYTES
 
 
+def test_copies_stay_within_their_number_of_files() -> None:
+    pages = BodyPages(4 * MAX_BYTES, max_files=2)
+    copies = [pages.copy(b"x" * MIN_BYTES) for _ in range(3)]
+    assert [c is not None for c in copies] == [True, True, False]
+    assert (pages.files, pages.held) == (2, 2 * MIN_BYTES)
+    copies.clear()
+    assert (pages.files, pages.held) == (0, 0)
+    assert pages.copy(b"y" * MIN_BYTES) is not None
+
+
 def test_without_a_memory_file_there_is_no_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(name: str, flags: int = 0) -> int:
         raise OSError(24, "Too many open files")
