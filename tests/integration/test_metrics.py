@@ -491,6 +491,18 @@ async def test_store_gauges_follow_what_is_stored(origin: Origin, make_cache: Ma
     )
 
 
+async def test_page_copy_bytes_follow_the_hot_bodies_copied(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    cache = await make_cache()
+    assert (await scrape(cache)).value("harvest_cache_page_copy_bytes") == 0
+    body = b"p" * (200 << 10)
+    origin.route("/paged", static(body, FRESH))
+    for _ in range(3):  # stored, a memory hit (the hot entry and its copy), a fast hit
+        assert await get_raw(cache, origin.url("/paged")) == (200, body)
+    assert (await scrape(cache)).value("harvest_cache_page_copy_bytes") == len(body)
+
+
 async def test_client_connections_gauge_follows_an_open_keep_alive_connection(
     origin: Origin, make_cache: MakeCache
 ) -> None:
