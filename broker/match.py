@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Sequence
 from functools import cache
 
+from rapidfuzz.distance import Levenshtein
+
 from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
 
 _TOKEN = re.compile(r"[^\W_]+")
@@ -82,19 +84,7 @@ def word_matches(word: Word, token: str) -> bool:
 
 def edit_distance(a: str, b: str, limit: int) -> int:
     """Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it must exceed ``limit``."""
-    if abs(len(a) - len(b)) > limit:
-        return limit + 1
-    previous = list(range(len(b) + 1))
-    for i, char in enumerate(a, 1):
-        current = [i]
-        for j, other in enumerate(b, 1):
-            current.append(
-                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char != other))
-            )
-        if min(current) > limit:
-            return limit + 1
-        previous = current
-    return min(previous[-1], limit + 1)
+    return Levenshtein.distance(a, b, score_cutoff=limit)
 
 
 def _values(attributes: Attributes, name: str | None) -> Iterable[str]:
