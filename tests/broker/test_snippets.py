@@ -7,7 +7,16 @@ from hypothesis import strategies as st
 
 from broker.match import token_spans, word_matches
 from broker.query.ast import And, Not, Pattern, Phrase, Word
-from broker.snippets import END, MAX_SNIPPETS, START, WIDTH, _phrase_spans, _spans, snippets
+from broker.snippets import (
+    END,
+    MAX_SNIPPETS,
+    START,
+    WIDTH,
+    _phrase_spans,
+    _spans,
+    _window,
+    snippets,
+)
 
 OBJECT = (
     ("Type", "HTML"),
@@ -75,6 +84,25 @@ def test_words_are_found_as_the_tokens_they_match(
     term = Word(word, prefix=prefix, case_sensitive=case_sensitive)
     expected = [(s, e) for s, e, token in token_spans(text) if word_matches(term, token)]
     assert _spans([term], "Title", text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet="abcAB _-.é1", min_size=WIDTH, max_size=6 * WIDTH),
+    words=st.lists(st.text(alphabet="abcAé1", min_size=1, max_size=3), min_size=1, max_size=3),
+    prefix=st.booleans(),
+)
+def test_a_long_value_reads_no_further_than_its_window_needs(
+    text: str, words: list[str], prefix: bool
+) -> None:
+    # Each term's matches are read only up to the end of the window from the first of all:
+    # the snippet is the one every match of every term would give.
+    terms = [Word(word, prefix=prefix) for word in words]
+    expected = sorted(
+        {(s, e) for s, e, token in token_spans(text) for t in terms if word_matches(t, token)}
+    )
+    got = snippets(And(tuple(terms)), (("Abstract", text),))
+    assert got == ((("Abstract", _window(text, expected)),) if expected else ())
 
 
 @settings(max_examples=500, deadline=None)
