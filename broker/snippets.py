@@ -71,16 +71,8 @@ def _spans(terms: list[Word | Phrase | Pattern], name: str, value: str) -> list[
     them up to where the window from the first of all ends (``_window`` shows no others).
     Each term's matches are read in order and no further, so a long value holding a common
     word is not scanned to its end."""
-    found: list[tuple[int, int, str]] | None = None  # the value's tokens, when needed
-    lowered: str | None = None  # the value in lower case, when ASCII and needed
-    readers: list[Iterator[tuple[int, int]]] = []
-    for term in terms:
-        if _applies(term, name):
-            if _needs_tokens(term) and found is None:
-                found = token_spans(value)
-            if lowered is None and isinstance(term, Word) and _lowers(term) and value.isascii():
-                lowered = value.lower()
-            readers.append(_term_spans(term, value, lowered, found or []))
+    text = _Text(value)
+    readers = [_term_spans(term, text) for term in terms if _applies(term, name)]
     firsts = [span for span in (next(reader, None) for reader in readers) if span is not None]
     if not firsts:
         return []
@@ -94,45 +86,58 @@ def _spans(terms: list[Word | Phrase | Pattern], name: str, value: str) -> list[
     return sorted(set(spans))
 
 
-def _needs_tokens(term: Word | Phrase | Pattern) -> bool:
-    """Whether ``term``'s spans come from the value split into tokens (no regex finds them)."""
-    if isinstance(term, Pattern):
-        return False
-    if isinstance(term, Word):
-        return _finder(term) is None and _near_finder(term) is None
-    return _phrase_finder(term) is None
+class _Text:
+    """An attribute value, with its tokens and its lower-cased copy made at most once, when a
+    term first needs them."""
+
+    __slots__ = ("_lowered", "_tokens", "value")
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self._tokens: list[tuple[int, int, str]] | None = None
+        self._lowered: str | None = None
+
+    def tokens(self) -> list[tuple[int, int, str]]:
+        if self._tokens is None:
+            self._tokens = token_spans(self.value)
+        return self._tokens
+
+    def lowered(self) -> str | None:
+        """The value in lower case if it is ASCII (offsets kept), else None."""
+        if self._lowered is None and self.value.isascii():
+            self._lowered = self.value.lower()
+        return self._lowered
 
 
 def _lowers(word: Word) -> bool:
-    """Whether ``word`` may be looked for in a lower-cased copy of an ASCII value (offsets
-    are kept, and case folding is one character for one)."""
+    """Whether ``word`` may be looked for in a lower-cased copy of an ASCII value (case
+    folding is one character for one)."""
     return not word.case_sensitive and word.text.isascii()
 
 
-def _term_spans(
-    term: Word | Phrase | Pattern,
-    value: str,
-    lowered: str | None,
-    found: list[tuple[int, int, str]],
-) -> Iterator[tuple[int, int]]:
-    """``term``'s spans in ``value``, in order of their starts; ``lowered``: the value in
-    lower case if it is ASCII and a word needs it; ``found``: the value's tokens, when
-    ``_needs_tokens(term)``."""
+def _term_spans(term: Word | Phrase | Pattern, text: _Text) -> Iterator[tuple[int, int]]:
+    """``term``'s spans in ``text``, in order of their starts."""
+    value = text.value
     if isinstance(term, Pattern):
         flags = 0 if term.case_sensitive else re.IGNORECASE
         return (m.span() for m in re.finditer(term.regex, value, flags) if m.end() > m.start())
-    if isinstance(term, Word) and lowered is not None and _lowers(term):
-        finder = _finder(term, True)
-        if finder is not None:
-            return (m.span(1) for m in finder.finditer(lowered))
+    if (
+        isinstance(term, Word)
+        and _lowers(term)
+        and (finder := _finder(term, True)) is not None
+        and (lowered := text.lowered()) is not None
+    ):
+        return (m.span(1) for m in finder.finditer(lowered))
     finder = _finder(term) if isinstance(term, Word) else _phrase_finder(term)
     if finder is not None:
         return (m.span(1) for m in finder.finditer(value))
     if isinstance(term, Phrase):
-        return iter(_phrase_spans(term, found))
+        return iter(_phrase_spans(term, text.tokens()))
     near = _near_finder(term)
     candidates: Iterable[tuple[int, int, str]] = (
-        found if near is None else ((m.start(), m.end(), m.group()) for m in near.finditer(value))
+        text.tokens()
+        if near is None
+        else ((m.start(), m.end(), m.group()) for m in near.finditer(value))
     )
     # Tokens too long or short to be within the word's errors are passed over unread.
     size, errors = len(term.text), term.errors
