@@ -552,7 +552,8 @@ class ClientConnection(asyncio.Protocol):
     def _arm_idle(self) -> None:
         if not self._in_head:
             self._mark = self._loop.time()
-            self._ensure_timer()
+            if self._timer is None:  # (usually armed: the timer re-arms itself lazily)
+                self._ensure_timer()
 
     def _ensure_timer(self) -> None:
         if self._timer is None and not self.closed:

@@ -67,7 +67,9 @@ class TieredStore:
         max_object: int,
     ) -> None:
         self.memory = memory
-        self.peek_memory = memory.peek  # (ObjectStore's, bound once: no frame of ours)
+        # (ObjectStore's, bound once: no frame of ours on the hit path)
+        self.get_memory = memory.get
+        self.peek_memory = memory.peek
         self.max_object = max_object
         self.read_failures = 0
         self.write_failures = 0
@@ -92,9 +94,6 @@ class TieredStore:
     @property
     def has_disk(self) -> bool:
         return self._disk is not None
-
-    def get_memory(self, key: str) -> Found | None:
-        return self.memory.get(key)
 
     async def get(self, key: str) -> Found | None:
         found = self.memory.get(key)
