@@ -96,7 +96,7 @@ def reply(to: IcpMessage, opcode: Opcode, *, rtt: tuple[int, int] | None = None)
 def encode(message: IcpMessage) -> bytes:
     """The datagram for ``message``; ValueError if it could not be decoded back."""
     url = message.url.encode("latin-1")
-    if b"\x00" in url:
+    if 0 in url:  # (an int: asking for bytes in bytes first raises and drops a TypeError)
         raise ValueError("an ICP URL cannot hold a NUL byte")
     if message.opcode is Opcode.QUERY:
         payload = _address(message.requester) + url + b"\x00"

@@ -46,6 +46,8 @@ _PLAIN_CONNECTION = frozenset({b"keep-alive", b"close"})
 # value can hold a NUL.
 _MARK = re.compile(rb"\x00(\d+)\x00")
 _MAX_PLANS = 1024
+# An int: asking for bytes in bytes first raises and drops a TypeError (CPython 3.11).
+_QUESTION_MARK = ord("?")
 # A request that could not be planned is tried again after this many more misses.
 _RETRY_AFTER = 256
 
@@ -84,7 +86,7 @@ class MissPlan:
     def rest_of(self, raw_target: bytes, slash: int) -> bytes | None:
         """The path and query of ``raw_target`` if it is one this plan can fetch."""
         rest = raw_target[slash:]
-        if PLAIN_PATH.fullmatch(rest) is None or (not self.queries and b"?" in rest):
+        if PLAIN_PATH.fullmatch(rest) is None or (not self.queries and _QUESTION_MARK in rest):
             return None
         return rest
 
