@@ -277,10 +277,13 @@ class Decoder:
         end = len(buffer)
         pos = self._pos
         pairs = self._pairs
+        seen = self._seen
+        max_value = self._max_value
         try:
             while pos < end:
                 if buffer[pos] == _CLOSE:
-                    record = Record(self._template, self._url, tuple(pairs))
+                    # (every rule of a record was checked on the way here)
+                    record = Record.unchecked(self._template, self._url, tuple(pairs))
                     items.append(record if self._wrapper is None else self._wrapper(record))
                     pos += 1
                     self._state = _State.BETWEEN
@@ -290,8 +293,14 @@ class Decoder:
                     self._diagnose(pos)  # raises, unless the header is still arriving
                     return False
                 name = header[1].decode()
-                key = self._check_name(pos, name)
-                size = self._check_size(header.start(2), int(header[2]))
+                key = name.lower()
+                size = int(header[2])
+                # (checked here, and raised by the checks shared with _diagnose: two calls
+                # an attribute were a tenth of decoding a record)
+                if key in seen:
+                    self._check_name(pos, name)
+                if size > max_value:
+                    self._check_size(header.start(2), size)
                 start = header.end()
                 stop = start + size
                 if stop >= end:
@@ -300,7 +309,7 @@ class Decoder:
                     found = _show(buffer[stop])
                     raise self._fail(stop, f"value is not followed by a newline, found {found}")
                 pairs.append((name, bytes(view[start:stop])))
-                self._seen.add(key)
+                seen.add(key)
                 pos = stop + 1
             return False
         finally:

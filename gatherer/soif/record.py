@@ -70,6 +70,19 @@ class Record:
             if not isinstance(value, bytes):
                 raise TypeError(f"attribute {name!r} value must be bytes, not {type(value)}")
 
+    @classmethod
+    def unchecked(
+        cls, template: str, url: str, attributes: tuple[tuple[str, bytes], ...]
+    ) -> Record:
+        """A record whose parts are already known to obey the rules (the decoder holds the
+        wire to the same ones), made without checking them again: that was a quarter of
+        decoding a record."""
+        record = object.__new__(cls)
+        object.__setattr__(record, "template", template)
+        object.__setattr__(record, "url", url)
+        object.__setattr__(record, "attributes", attributes)
+        return record
+
     def __repr__(self) -> str:
         sizes = ", ".join(f"{name}:{len(value)}" for name, value in self.attributes)
         return f"Record({self.template} {self.url!r} [{sizes}])"
