@@ -133,8 +133,8 @@ async def serve(
     server = await CacheServer.start(config, loader)
     channel = None
     if channel_fd is not None:
-        channel = await Channel.open(channel_fd, server.store.memory.delete)
-        server.store.on_change = lambda key: channel.send({"changed": key})
+        channel = await Channel.open(channel_fd, server.store.dropped)
+        server.store.sharers = channel
         if server.admin is not None:
             channel.send({"admin": server.admin.address[1]})
     heap.tune()

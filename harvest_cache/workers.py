@@ -19,7 +19,11 @@ What must stay one cache goes through the supervisor:
 
 Each worker's channel is a socket pair of JSON lines: the worker announces its admin port
 (``{"admin": port}``) and its changes (``{"changed": key}``); the supervisor sends the
-others' changes (``{"drop": key}``).
+others' changes (``{"drop": key}``). A deletion (PURGE, or an unsafe method's invalidation)
+is confirmed before its response is sent, so that no worker serves the object afterwards:
+the worker sends ``{"deleted": key, "id": n}``, the supervisor sends the others
+``{"drop": key, "ack": m}``, each answers ``{"dropped": m}`` once its copy is gone, and when
+all have (or have died) the supervisor answers ``{"confirmed": n}``.
 """
 
 from __future__ import annotations
@@ -50,20 +54,25 @@ log = logging.getLogger("harvest_cache")
 RESTART_DELAY = 1.0
 _STOP_GRACE = 15.0  # seconds a worker has to drain (its own grace is 5) before it is killed
 _SCRAPE_TIMEOUT = 10.0
+# Longest a deletion waits for the other workers to drop their copies (a worker that is
+# stuck must not stall every PURGE; it is restarted if it died).
+CONFIRM_TIMEOUT = 2.0
 
 
 # -- in a worker ----------------------------------------------------------------------------------
 
 
 class Channel(asyncio.Protocol):
-    """A worker's end of its supervisor channel. ``dropped(key)`` is called for changes in
-    other workers."""
+    """A worker's end of its supervisor channel, and its store's Sharers. ``dropped(key)`` is
+    called for changes in other workers."""
 
     def __init__(self, dropped: Callable[[str], None]) -> None:
         self._dropped = dropped
         self._transport: asyncio.Transport | None = None
         self._buffer = b""
         self._closing = False
+        self._confirming: dict[int, asyncio.Future[None]] = {}
+        self._next_id = 0
 
     @classmethod
     async def open(cls, fd: int, dropped: Callable[[str], None]) -> Channel:
@@ -83,8 +92,15 @@ class Channel(asyncio.Protocol):
             message = json.loads(line)
             if "drop" in message:
                 self._dropped(message["drop"])
+                if "ack" in message:
+                    self.send({"dropped": message["ack"]})
+            elif "confirmed" in message:
+                waiter = self._confirming.pop(message["confirmed"], None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._release_waiters()
         if self._closing:
             return
         # The supervisor is gone: nobody would stop this worker or pass on its changes.
@@ -95,10 +111,38 @@ class Channel(asyncio.Protocol):
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(json.dumps(message).encode() + b"\n")
 
+    # -- Sharers ---------------------------------------------------------------------------------
+
+    def changed(self, key: str) -> None:
+        self.send({"changed": key})
+
+    async def deleted(self, key: str) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return
+        self._next_id += 1
+        ident = self._next_id
+        waiter = asyncio.get_running_loop().create_future()
+        self._confirming[ident] = waiter
+        self.send({"deleted": key, "id": ident})
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), CONFIRM_TIMEOUT)
+        except TimeoutError:
+            log.warning("the other workers did not confirm dropping %s in time", key)
+        finally:
+            self._confirming.pop(ident, None)
+
     def close(self) -> None:
         self._closing = True
+        self._release_waiters()
         if self._transport is not None:
             self._transport.close()
+
+    def _release_waiters(self) -> None:
+        # (with no supervisor there is nobody left to confirm a deletion)
+        for waiter in self._confirming.values():
+            if not waiter.done():
+                waiter.set_result(None)
+        self._confirming.clear()
 
 
 # -- the supervisor -------------------------------------------------------------------------------
@@ -115,6 +159,15 @@ class _Worker:
 
 
 @dataclass(slots=True)
+class _Deletion:
+    """A worker's deletion, waiting for the others (by index) to drop their copies."""
+
+    worker: _Worker
+    ident: int
+    waiting: set[int]
+
+
+@dataclass(slots=True)
 class Supervisor:
     """Runs ``count`` workers of the command ``argv`` (the cache's own, plus the worker flag)."""
 
@@ -126,6 +179,8 @@ class Supervisor:
     stopping: bool = False
     started: float = field(default_factory=time.time)
     all_gone: asyncio.Event = field(default_factory=asyncio.Event)
+    deletions: dict[int, _Deletion] = field(default_factory=dict)
+    _next_token: int = 0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -199,6 +254,12 @@ class Supervisor:
             worker.reader_task.cancel()
         if worker.writer is not None:
             worker.writer.close()
+        for token, deletion in list(self.deletions.items()):
+            deletion.waiting.discard(worker.index)  # (a dead worker holds no copy)
+            if deletion.worker is worker:
+                del self.deletions[token]
+            elif not deletion.waiting:
+                self._confirm(token)
 
     async def _listen(self, worker: _Worker, reader: asyncio.StreamReader) -> None:
         while line := await reader.readline():
@@ -206,10 +267,36 @@ class Supervisor:
             if "admin" in message:
                 worker.admin_port = int(message["admin"])
             elif "changed" in message:
-                out = json.dumps({"drop": message["changed"]}).encode() + b"\n"
-                for other in self.workers.values():
-                    if other is not worker and other.writer is not None:
-                        other.writer.write(out)
+                self._tell_others(worker, {"drop": message["changed"]})
+            elif "deleted" in message:
+                self._next_token += 1
+                token = self._next_token
+                told = self._tell_others(worker, {"drop": message["deleted"], "ack": token})
+                self.deletions[token] = _Deletion(worker, int(message["id"]), told)
+                if not told:
+                    self._confirm(token)
+            elif "dropped" in message:
+                deletion = self.deletions.get(message["dropped"])
+                if deletion is not None:
+                    deletion.waiting.discard(worker.index)
+                    if not deletion.waiting:
+                        self._confirm(message["dropped"])
+
+    def _tell_others(self, worker: _Worker, message: dict[str, Any]) -> set[int]:
+        """Send ``message`` to every worker but ``worker``; the indexes of those told."""
+        out = json.dumps(message).encode() + b"\n"
+        told = set()
+        for other in self.workers.values():
+            if other is not worker and other.writer is not None:
+                other.writer.write(out)
+                told.add(other.index)
+        return told
+
+    def _confirm(self, token: int) -> None:
+        deletion = self.deletions.pop(token)
+        writer = deletion.worker.writer
+        if writer is not None and not writer.is_closing():
+            writer.write(json.dumps({"confirmed": deletion.ident}).encode() + b"\n")
 
     # -- the admin listener: metrics summed over the workers -------------------------------------
 

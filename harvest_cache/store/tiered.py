@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Any, Protocol, TypeVar, TypeVarTuple
 
 from harvest_cache.config import KIB, MIB, CacheConfig
 from harvest_cache.store.disk import DiskError, DiskTier, Spool
@@ -75,7 +75,7 @@ class TieredStore:
         self.write_failures = 0
         # Told of each change once the disk tier has it (a new object, head or marker), and of
         # each deletion: other processes sharing the store drop their memory copies.
-        self.on_change: Callable[[str], None] | None = None
+        self.sharers: Sharers | None = None
         self.disk_evictions = 0  # diskcache rows culled: a head or a body each
         self._disk = disk
         self._executor = executor
@@ -156,7 +156,9 @@ class TieredStore:
         self.memory.delete(key)
         if self._disk is not None:
             await self._write_disk(self._disk.delete, key)
-        self._tell(key, deleted=True)
+        if self.sharers is not None:
+            # (awaited: a client told that the object is gone must not get it from another)
+            await self.sharers.deleted(key)
 
     async def close(self) -> None:
         """Abort unfinished writers, close every thread's SQLite connection, stop the threads."""
@@ -175,6 +177,12 @@ class TieredStore:
             await asyncio.to_thread(self._executor.shutdown)
 
     # -- beyond the interface --------------------------------------------------------------------
+
+    def dropped(self, key: str) -> None:
+        """Another process sharing the store changed ``key``: forget the memory copy, and
+        what a disk read in flight finds of it."""
+        self._changing(key)
+        self.memory.delete(key)
 
     async def purge(self, key: str) -> bool:
         """Delete what ``key`` holds (a Vary marker orphans its variants); False if nothing."""
@@ -223,12 +231,12 @@ class TieredStore:
             await self._write_disk(self._disk.commit, key, head, stored)
         self._tell(key)
 
-    def _tell(self, key: str, *, deleted: bool = False) -> None:
+    def _tell(self, key: str) -> None:
         # A newer object is worth telling of only where the others can read it: from the
         # shared disk tier. Without one they would each fetch it again, and their stores
         # would make each other fetch again, without end; each keeps its own copy instead.
-        if self.on_change is not None and (deleted or self._disk is not None):
-            self.on_change(key)
+        if self.sharers is not None and self._disk is not None:
+            self.sharers.changed(key)
 
     async def _then_tell(self, key: str, write: Coroutine[Any, Any, None]) -> None:
         await write
@@ -282,6 +290,16 @@ class TieredStore:
         else:
             self._changed.discard(key)
         return unchanged
+
+
+class Sharers(Protocol):
+    """The other processes sharing a store, as it tells them of its changes."""
+
+    def changed(self, key: str) -> None:
+        """``key`` has a newer object, head or marker on the shared disk tier."""
+
+    async def deleted(self, key: str) -> None:
+        """``key`` is deleted: return once the others hold no copy of it."""
 
 
 def _close_unclaimed(future: asyncio.Future[Found | None]) -> None:
