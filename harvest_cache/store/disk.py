@@ -37,7 +37,7 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -278,7 +278,7 @@ class DiskTier:
             with self._mutating(), self._cache.transact():
                 old = self._record_or_none(key)
                 if isinstance(old, ObjectRecord):
-                    new_head = replace(head, body_length=old.head.body_length)
+                    new_head = head.with_body_length(old.head.body_length)
                     new = ObjectRecord(new_head, old.body_key, old.body_crc32)
                     self._cache.set(_head_key(key), encode(new))
         except STORAGE_ERRORS as e:

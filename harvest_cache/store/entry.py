@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class StoredHead:
-    """The head of a stored response.
+class StoredHead(NamedTuple):
+    """The head of a stored response (a named tuple: made on every miss and revalidation,
+    and a frozen dataclass costs four times as much to make).
 
     ``headers`` are the end-to-end fields as received (hop-by-hop fields already removed).
     ``request_time`` and ``response_time`` are wall-clock seconds (RFC 9111 4.2.3) of the
@@ -24,8 +25,8 @@ class StoredHead:
     body_length: int
     vary_key: str = ""
 
-    # Copies with some fields changed, made directly: dataclasses.replace() costs twice as
-    # much, and these run on every miss and revalidation.
+    # Copies with some fields changed, made directly: _replace() costs twice as much, and
+    # these run on every miss and revalidation.
 
     def with_body_length(self, body_length: int) -> StoredHead:
         return StoredHead(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal, Protocol
+from typing import Any, BinaryIO, Literal, NamedTuple, Protocol
 
 from harvest_cache.store.entry import StoredHead, VaryMarker
 
@@ -22,8 +22,9 @@ class FileBody:
     length: int
 
 
-@dataclass(frozen=True, slots=True)
-class StoredObject:
+class StoredObject(NamedTuple):
+    """A stored response (a named tuple, like its head: cheap to make)."""
+
     head: StoredHead
     body: bytes | FileBody
     tier: Literal["memory", "disk"]

@@ -12,7 +12,6 @@ import sys
 import threading
 import warnings
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ def head_for(key: str, length: int, **fields: Any) -> StoredHead:
         response_time=1001.0,
         body_length=length,
     )
-    return replace(head, **fields)
+    return head._replace(**fields)
 
 
 def payload(n: int, seed: int = 0) -> bytes:
@@ -191,7 +190,7 @@ async def test_update_head_rewrites_only_the_head(store: TieredStore, cfg: Cache
     files = body_files(cfg)
     new_head = head_for("big", 0, headers=(("etag", '"v2"'),), response_time=2000.0)
     await store.update_head("big", new_head)
-    await store.update_head("small", replace(new_head, url="http://origin.test/small"))
+    await store.update_head("small", new_head._replace(url="http://origin.test/small"))
     assert body_files(cfg) == files  # same file, same inode: the body was not rewritten
 
     await store.close()
