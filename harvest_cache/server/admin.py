@@ -192,7 +192,7 @@ class AdminServer:
             },
             "active": {
                 "client_connections": len(cache.connections),
-                "fetches": sorted(f.key for f in proxy.flights()) if proxy is not None else [],
+                "fetches": sorted(proxy.fetching()) if proxy is not None else [],
             },
         }
 

@@ -13,7 +13,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
@@ -52,6 +52,14 @@ _PROXY_ONLY = StoreDecision(False, "proxy-only")
 
 # Stored variants of a URL as (variant key, ETag field value), from VariantTags.
 Alternatives = tuple[tuple[str, str], ...]
+
+
+class Deferred(Protocol):
+    """A fetch that makes its flight only once a request joins it (most planned fetches
+    have no joiner, and a flight made and retired for none is a tenth of their work)."""
+
+    def publish_to(self, flight: Flight) -> None:
+        """Publish to ``flight`` from now on, beginning with what came so far."""
 
 
 class _Mismatch(Exception):
@@ -203,7 +211,7 @@ class Fetcher:
         self._store = store
         self._router = router
         self._spawn = spawn
-        self._flights: dict[str, Flight] = {}
+        self._flights: dict[str, Flight | Deferred] = {}
         self.requests = FetchRequests(name, config)
         self.variant_tags = VariantTags()
 
@@ -227,7 +235,8 @@ class Fetcher:
         arrived whole (so the caller finds it all in the flight), else by an owned task that
         streams it while the caller reads.
         """
-        flight = self._flights.get(key)
+        held = self._flights.get(key)
+        flight = held if held is None or isinstance(held, Flight) else self.flight_of(key, held)
         if flight is not None:
             reader = flight.join()
             if reader is not None:
@@ -243,8 +252,12 @@ class Fetcher:
         return flight, first, False
 
     def flights(self) -> list[Flight]:
-        """The fetches in progress."""
-        return list(self._flights.values())
+        """The fetches in progress that requests have joined or may join."""
+        return [f for f in self._flights.values() if isinstance(f, Flight)]
+
+    def fetching(self) -> list[str]:
+        """The keys of every fetch in progress."""
+        return list(self._flights)
 
     def flying(self, key: str) -> bool:
         return key in self._flights
@@ -255,9 +268,25 @@ class Fetcher:
         self._flights[key] = flight
         return flight
 
+    def hold(self, key: str, fetch: Deferred) -> None:
+        """``fetch`` is fetching ``key``; its flight is made when a request joins it."""
+        self._flights[key] = fetch
+
+    def flight_of(self, key: str, fetch: Deferred) -> Flight:
+        """A flight for ``fetch`` (holding ``key``), which it publishes to from now on."""
+        flight = Flight(key, _WINDOW)
+        fetch.publish_to(flight)
+        if self._flights.get(key) is fetch:
+            self._flights[key] = flight
+        return flight
+
     def retire(self, flight: Flight) -> None:
-        if self._flights.get(flight.key) is flight:
-            del self._flights[flight.key]
+        self.let_go(flight.key, flight)
+
+    def let_go(self, key: str, holder: Flight | Deferred) -> None:
+        """The fetch of ``key`` by ``holder`` (its flight, or a deferred fetch) is over."""
+        if self._flights.get(key) is holder:
+            del self._flights[key]
 
     def adopt(
         self,

@@ -17,7 +17,7 @@ from harvest_cache.http.cache_status import ttl_parts, with_ttl
 from harvest_cache.http.freshness import age_value
 from harvest_cache.http.headers import Headers, RawFields
 from harvest_cache.server.connection import ClientConnection
-from harvest_cache.server.flight import FlightHead
+from harvest_cache.server.flight import Flight, FlightHead
 from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded
 from harvest_cache.server.planning import answer_planned, send_planned, unplanned
 from harvest_cache.server.refresh import RefreshPlan
@@ -76,7 +76,8 @@ class PlannedRefresh:
         self._conn = conn
         self._upstream = upstream
         self._fields = fields
-        self._flight = path.fetcher.open_flight(plan.target.url)
+        self._flight: Flight | None = None  # made only if a request joins (Fetcher.hold)
+        path.fetcher.hold(plan.target.url, self)
         self._started = time.monotonic()
         self._request_time = 0.0
         self._answer: tuple[bytes, bytes] | None = None
@@ -86,7 +87,15 @@ class PlannedRefresh:
         return self._plan.target.url
 
     def abandon(self) -> None:
-        abandon(self._path, self, self._upstream, self._flight, self._conn)
+        abandon(self._path, self, self._upstream, self._joined_flight(), self._conn)
+
+    def publish_to(self, flight: Flight) -> None:
+        self._flight = flight  # (nothing is published before the 304, which ends the fetch)
+
+    def _joined_flight(self) -> Flight:
+        """The exchange's flight, made now if no request has joined it."""
+        flight = self._flight
+        return self._path.fetcher.flight_of(self.key, self) if flight is None else flight
 
     @guarded
     def send(self) -> None:
@@ -137,13 +146,16 @@ class PlannedRefresh:
             plan.obj = held
         else:
             path.plans.keep(plan.raw_target, None)  # the memory tier did not keep it
-        # Readers that joined take the refreshed head from the store, as after any 304; they
-        # read the 304's own fields only for Vary, which a planned 304 has not.
-        peer = self._upstream.peer_ip
-        self._flight.publish_head_lazily(
-            lambda: FlightHead(304, reason, Headers(), True, peer, "", fresh)
-        )
-        self._flight.finish()
+        flight = self._flight
+        if flight is not None:
+            # Readers that joined take the refreshed head from the store, as after any 304;
+            # they read the 304's own fields only for Vary, which a planned 304 has not.
+            peer = self._upstream.peer_ip
+            flight.publish_head_lazily(
+                lambda: FlightHead(304, reason, Headers(), True, peer, "", fresh)
+            )
+            flight.finish()
+        path.fetcher.let_go(key, flight or self)
         age = received_age + max(0.0, time.time() - response_time)
         parts = plan.status_parts
         if parts is None:
@@ -160,7 +172,6 @@ class PlannedRefresh:
 
     @guarded
     def on_end(self) -> None:
-        self._path.fetcher.retire(self._flight)
         self._path.pool.release(self._upstream)
         self._respond()
 
@@ -172,7 +183,6 @@ class PlannedRefresh:
         # The origin confirmed the object before failing (stray bytes after its 304).
         self._upstream.finish()
         self._upstream.close()
-        self._path.fetcher.retire(self._flight)
         self._respond()
 
     # -- steps -------------------------------------------------------------------------------
@@ -185,7 +195,7 @@ class PlannedRefresh:
             self,
             self._conn,
             self._upstream,
-            self._flight,
+            self._joined_flight(),
             target=plan.target,
             raw_target=plan.raw_target.decode("latin-1"),
             fields=self._fields,

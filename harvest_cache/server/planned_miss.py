@@ -10,13 +10,14 @@ with the exchange and its flight, to the miss fast path's general handling.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from harvest_cache.errors import UpstreamError
 from harvest_cache.http.forwarding import end_to_end
 from harvest_cache.http.headers import RawFields
 from harvest_cache.http.target import Target
 from harvest_cache.server.connection import ClientConnection
-from harvest_cache.server.flight import FlightHead
+from harvest_cache.server.flight import Flight, FlightHead
 from harvest_cache.server.lean import LeanFetch, LeanPath, abandon, guarded
 from harvest_cache.server.miss_plan import MissPlan, plan_key
 from harvest_cache.server.planning import answer_planned, send_planned, unplanned
@@ -89,7 +90,8 @@ class PlannedMiss:
         self._url = url
         self._rest = rest
         self._fields = fields
-        self._flight = path.fetcher.open_flight(url)
+        self._flight: Flight | None = None  # made only if a request joins (Fetcher.hold)
+        path.fetcher.hold(url, self)
         self._started = time.monotonic()
         self._request_time = 0.0
         self._response_time = 0.0
@@ -102,7 +104,26 @@ class PlannedMiss:
         return self._url
 
     def abandon(self) -> None:
-        abandon(self._path, self, self._upstream, self._flight, self._conn)
+        abandon(self._path, self, self._upstream, self._joined_flight(), self._conn)
+
+    def publish_to(self, flight: Flight) -> None:
+        self._flight = flight
+        if self._head is not None:
+            flight.publish_head_lazily(partial(self._flight_head, self._head))
+        for chunk in self._chunks:
+            flight.publish_nowait(chunk)
+
+    def _joined_flight(self) -> Flight:
+        """The exchange's flight, made now if no request has joined it."""
+        flight = self._flight
+        return self._path.fetcher.flight_of(self._url, self) if flight is None else flight
+
+    def _flight_head(self, head: ResponseHead) -> FlightHead:
+        # (as the miss fast path publishes it: the fields as stored)
+        fields = end_to_end((n.decode("latin-1"), v.decode("latin-1")) for n, v in head.raw)
+        return FlightHead(
+            head.status, head.reason, fields, True, self._upstream.peer_ip, stored=True
+        )
 
     @guarded
     def send(self) -> None:
@@ -145,24 +166,21 @@ class PlannedMiss:
     @guarded
     def _take(self, head: ResponseHead, length: int, body: bytes = b"") -> None:
         """The planned response's head (and, if recognised whole, its ``body``) arrived."""
-        peer = self._upstream.peer_ip
-
-        def flight_head() -> FlightHead:
-            # (as the miss fast path publishes it: the fields as stored)
-            fields = end_to_end((n.decode("latin-1"), v.decode("latin-1")) for n, v in head.raw)
-            return FlightHead(head.status, head.reason, fields, True, peer, stored=True)
-
-        self._flight.publish_head_lazily(flight_head)
         self._client_head = self._plan.client_head(head.raw, length)
+        flight = self._flight
+        if flight is not None:
+            flight.publish_head_lazily(partial(self._flight_head, head))
         if body:
             self._chunks.append(body)
-            self._flight.publish_nowait(body)
+            if flight is not None:
+                flight.publish_nowait(body)
         self._head = head
 
     @guarded
     def on_body(self, chunk: bytes) -> None:
         self._chunks.append(chunk)
-        self._flight.publish_nowait(chunk)
+        if self._flight is not None:
+            self._flight.publish_nowait(chunk)
 
     @guarded
     def on_end(self) -> None:
@@ -175,8 +193,10 @@ class PlannedMiss:
             url, head.raw, self._request_time, self._response_time, len(body)
         )
         path.store.put_now(url, stored, body)
-        self._flight.finish()
-        path.fetcher.retire(self._flight)
+        flight = self._flight
+        if flight is not None:
+            flight.finish()
+        path.fetcher.let_go(url, flight or self)
         path.pool.release(self._upstream)
         self._respond(body)
 
@@ -194,7 +214,7 @@ class PlannedMiss:
             self,
             self._conn,
             self._upstream,
-            self._flight,
+            self._joined_flight(),
             target=Target("http", plan.host, plan.port, self._rest.decode("latin-1")),
             raw_target=self._url,
             fields=self._fields,

@@ -156,8 +156,12 @@ class Proxy:
         return self.lean.busy
 
     def flights(self) -> list[Flight]:
-        """The fetches in progress (for metrics)."""
+        """The fetches in progress that requests have joined or may join (for metrics)."""
         return self._fetcher.flights()
+
+    def fetching(self) -> list[str]:
+        """The keys of every fetch in progress."""
+        return self._fetcher.fetching()
 
     @property
     def hot_entries(self) -> int:

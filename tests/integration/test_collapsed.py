@@ -129,7 +129,7 @@ async def test_twenty_concurrent_misses_make_one_origin_fetch(
     assert sum("collapsed" in m for m in members) == n - 1, members
     # The clients have the whole body before the fetch has stored it and ended; a request
     # until then joins the fetch (collapsed) rather than hitting.
-    await wait_until(lambda: cache.proxy is not None and not cache.proxy.flights())
+    await wait_until(lambda: cache.proxy is not None and not cache.proxy.fetching())
     async with proxy_client(cache) as client:
         resp, body = await client.get(url)
     assert body == BODY
