@@ -13,10 +13,11 @@ Concurrent requests for the object join the flight as they would any other.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
@@ -173,14 +174,52 @@ def guarded(step: Callable[Concatenate[S, P], None]) -> Callable[Concatenate[S, 
     """Run a step called from a parser or the loop; a bug in it must cost one request (its
     connections closed), never leave a client waiting for ever."""
 
+    # Steps of no argument or one (most, and those run on every request) get a wrapper that
+    # passes it as it is: packing arguments costs more than the guard itself.
+    arity = _plain_arity(step)
+    plain: Callable[..., None] = step
+    if arity == 0:
+
+        def run_bare(fetch: S) -> None:
+            try:
+                plain(fetch)
+            except Exception:
+                _failed(fetch)
+
+        return cast(Callable[Concatenate[S, P], None], run_bare)
+    if arity == 1:
+
+        def run_one(fetch: S, arg: object) -> None:
+            try:
+                plain(fetch, arg)
+            except Exception:
+                _failed(fetch)
+
+        return cast(Callable[Concatenate[S, P], None], run_one)
+
     def run(fetch: S, /, *args: P.args, **kwargs: P.kwargs) -> None:
         try:
             step(fetch, *args, **kwargs)
         except Exception:
-            log.exception("miss fast path failed for %s", fetch.key)
-            fetch.abandon()
+            _failed(fetch)
 
     return run
+
+
+def _plain_arity(step: Callable[..., None]) -> int | None:
+    """How many arguments ``step`` takes after the fetch, if it takes only plain positional
+    ones (no defaults, no keywords, no packing); else None."""
+    code = getattr(step, "__code__", None)
+    if code is None or getattr(step, "__defaults__", None) or code.co_kwonlyargcount:
+        return None
+    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        return None
+    return int(code.co_argcount) - 1
+
+
+def _failed(fetch: Step) -> None:
+    log.exception("miss fast path failed for %s", fetch.key)
+    fetch.abandon()
 
 
 def abandon(

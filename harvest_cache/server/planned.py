@@ -141,7 +141,7 @@ class PlannedRefresh:
         write = path.store.refresh_head(key, fresh)
         if write is not None:
             path.tasks.spawn(write, f"store head {key}")
-        held = path.store.get_memory(key)
+        held = path.store.peek_memory(key)  # (refresh_head made it the most recently used)
         if isinstance(held, StoredObject):
             plan.obj = held
         else:

@@ -127,7 +127,8 @@ class MemoryTier:
         self._entries.move_to_end(key)
         self._sizes[key] = size
         self.size += size - old_size
-        self._evict()
+        if size > old_size:
+            self._evict()
 
     def delete(self, key: str) -> None:
         if self._entries.pop(key, None) is not None:

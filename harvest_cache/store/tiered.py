@@ -144,11 +144,12 @@ class TieredStore:
             await write
 
     def refresh_head(self, key: str, head: StoredHead) -> Coroutine[Any, Any, None] | None:
-        self._changing(key)
+        # (every revalidation runs this: the steps of ``_changing`` and ``_tell`` inline)
+        if key in self._reading:
+            self._changed.add(key)
         self.memory.replace_head(key, head)
         if self._disk is None:
-            self._tell(key)
-            return None
+            return None  # (nothing to tell: others read changes only from a shared disk tier)
         return self._then_tell(key, self._write_disk(self._disk.update_head, key, head))
 
     async def delete(self, key: str) -> None:
