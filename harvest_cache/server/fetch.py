@@ -212,6 +212,8 @@ class Fetcher:
         self._router = router
         self._spawn = spawn
         self._flights: dict[str, Flight | Deferred] = {}
+        # Whether a key is being fetched: the dict's own test (every fast-path request asks).
+        self.flying: Callable[[str], bool] = self._flights.__contains__
         self.requests = FetchRequests(name, config)
         self.variant_tags = VariantTags()
 
@@ -258,9 +260,6 @@ class Fetcher:
     def fetching(self) -> list[str]:
         """The keys of every fetch in progress."""
         return list(self._flights)
-
-    def flying(self, key: str) -> bool:
-        return key in self._flights
 
     def open_flight(self, key: str) -> Flight:
         """A new flight for ``key``, which later requests for it join."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -283,9 +284,8 @@ class MissPlans:
     def __init__(self) -> None:
         self._plans: dict[PlanKey, MissPlan] = {}
         self._refused: dict[PlanKey, int] = {}
-
-    def get(self, key: PlanKey) -> MissPlan | None:
-        return self._plans.get(key)
+        # The plan for a key: the dict's own look-up, no frame of ours per request.
+        self.get: Callable[[PlanKey], MissPlan | None] = self._plans.get
 
     def wanted(self, key: PlanKey) -> bool:
         """Whether a miss asked this way should be worked into a plan (none held, and no

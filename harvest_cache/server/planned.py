@@ -36,8 +36,9 @@ def start_planned(path: LeanPath, conn: ClientConnection, target: bytes, fields:
     key = plan.target.url
     if path.fetcher.flying(key):
         return False  # joining that fetch is the general path's work
-    held = path.store.get_memory(key)
-    if not plan.applies(held, conn.client_ip, fields) or not plan.stale(time.time()):
+    # (peeked: the refresh makes it the most recently used)
+    held = path.store.peek_memory(key)
+    if not plan.applies(held, conn.client_ip, fields, time.time()):
         return False
     upstream = path.pool.take_idle(plan.target.host, plan.target.port)
     if upstream is None:

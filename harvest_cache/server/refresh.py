@@ -15,6 +15,7 @@ identity check, as for hot entries): any other change to the object retires it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from harvest_cache.http.cache_control import parse_cache_control
@@ -62,10 +63,16 @@ class RefreshPlan:
     # Our Cache-Status member around its ttl (``cache_status.ttl_parts``), once made.
     status_parts: tuple[str, str] | None = None
 
-    def applies(self, obj: object, client_ip: str, fields: RawFields) -> bool:
-        """Whether this plan's request is the one to send for a request of ``fields`` from
-        ``client_ip`` while the memory tier holds ``obj``."""
-        return obj is self.obj and client_ip == self.client_ip and fields == self.shape
+    def applies(self, obj: object, client_ip: str, fields: RawFields, now: float) -> bool:
+        """Whether this plan's request is the one to send at ``now`` for a request of
+        ``fields`` from ``client_ip`` while the memory tier holds ``obj``: the object must
+        still be the planned one, asked for the same way, and ``stale`` (else it is a hit)."""
+        return (
+            obj is self.obj
+            and client_ip == self.client_ip
+            and fields == self.shape
+            and (self.always_stale or now >= self.stale_at)  # (``stale``, inline: per request)
+        )
 
     def stale(self, now: float) -> bool:
         """Whether the object needs validation at ``now`` (else it is a hit)."""
@@ -214,9 +221,8 @@ class RefreshPlans:
 
     def __init__(self) -> None:
         self._plans: dict[bytes, RefreshPlan] = {}
-
-    def get(self, raw_target: bytes) -> RefreshPlan | None:
-        return self._plans.get(raw_target)
+        # The plan for a raw target: the dict's own look-up, no frame of ours per request.
+        self.get: Callable[[bytes], RefreshPlan | None] = self._plans.get
 
     def keep(self, raw_target: bytes, plan: RefreshPlan | None) -> None:
         """Keep ``plan`` for ``raw_target``, or forget the target's plan if None."""

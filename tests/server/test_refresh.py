@@ -378,20 +378,24 @@ def test_date_of_leaves_the_reply_alone() -> None:
 # -- applies ------------------------------------------------------------------------------------
 
 
-def test_applies_to_the_same_object_client_and_fields_only() -> None:
+def test_applies_to_the_same_object_client_and_fields_only_once_stale() -> None:
     plan, held = made_plan()
     fields = SHAPE
-    assert plan.applies(held, CLIENT_IP, fields)
+    now = plan.stale_at
+    assert plan.applies(held, CLIENT_IP, fields, now)
     equal = StoredObject(held.head, held.body, held.tier)
     assert equal == held
-    assert not plan.applies(equal, CLIENT_IP, fields)  # identity, not equality
-    assert not plan.applies(None, CLIENT_IP, fields)
-    assert not plan.applies(held, "127.0.0.2", fields)
-    assert not plan.applies(held, CLIENT_IP, (fields[1], fields[0], fields[2]))
-    assert not plan.applies(held, CLIENT_IP, (*fields, (b"X-More", b"1")))
-    assert not plan.applies(held, CLIENT_IP, fields[:2])
-    assert not plan.applies(held, CLIENT_IP, (fields[0], (b"user-agent", b"t/1"), fields[2]))
-    assert not plan.applies(held, CLIENT_IP, (fields[0], (b"User-Agent", b"t/2"), fields[2]))
+    assert not plan.applies(equal, CLIENT_IP, fields, now)  # identity, not equality
+    assert not plan.applies(None, CLIENT_IP, fields, now)
+    assert not plan.applies(held, "127.0.0.2", fields, now)
+    assert not plan.applies(held, CLIENT_IP, (fields[1], fields[0], fields[2]), now)
+    assert not plan.applies(held, CLIENT_IP, (*fields, (b"X-More", b"1")), now)
+    assert not plan.applies(held, CLIENT_IP, fields[:2], now)
+    assert not plan.applies(held, CLIENT_IP, (fields[0], (b"user-agent", b"t/1"), fields[2]), now)
+    assert not plan.applies(held, CLIENT_IP, (fields[0], (b"User-Agent", b"t/2"), fields[2]), now)
+    # Still fresh: a hit, not a revalidation (whatever else matches).
+    assert not plan.applies(held, CLIENT_IP, fields, now - 0.01)
+    assert plan.applies(held, CLIENT_IP, fields, now - 0.01) is plan.stale(now - 0.01)
 
 
 # -- (e) staleness -------------------------------------------------------------------------------
