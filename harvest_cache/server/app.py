@@ -16,6 +16,7 @@ from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.hierarchy.neighbours import Neighbours
 from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.metrics import Traffic
+from harvest_cache.outbox import Outbox
 from harvest_cache.server.accesslog import AccessLog, Rotation
 from harvest_cache.server.acl import address_in
 from harvest_cache.server.admin import AdminServer
@@ -83,9 +84,11 @@ class CacheServer:
         self.resolver = resolver
         self.access_log = access_log
         self.tasks = TaskSet()
-        self.pool = Pool(resolver, config.upstream, self.traffic)
+        # Whole responses and planned request heads, held to the end of each loop round.
+        self.outbox = Outbox(asyncio.get_running_loop())
+        self.pool = Pool(resolver, config.upstream, self.traffic, self.outbox)
         # Connections to peers apart: requests to them take a different form.
-        self.peer_pool = Pool(resolver, config.upstream, self.traffic)
+        self.peer_pool = Pool(resolver, config.upstream, self.traffic, self.outbox)
         self.neighbours: Neighbours | None = None
         self.digests: Digests | None = None
         self._digest_task: asyncio.Task[None] | None = None
@@ -274,7 +277,12 @@ class CacheServer:
         assert self.proxy is not None
         over = len(self.connections) >= self.config.server.max_connections
         conn = ClientConnection(
-            self.config, self.proxy, self.tasks, self.connections.discard, refuse=over
+            self.config,
+            self.proxy,
+            self.tasks,
+            self.connections.discard,
+            refuse=over,
+            outbox=self.outbox,
         )
         self.connections.add(conn)
         return conn

@@ -20,6 +20,7 @@ import httptools
 from harvest_cache.config import Config
 from harvest_cache.errors import RequestError
 from harvest_cache.http.headers import Headers, RawFields
+from harvest_cache.outbox import Outbox
 from harvest_cache.server.head_memo import HeadMemo, ParsedHead
 from harvest_cache.server.hot import SLOW_FIELDS
 from harvest_cache.server.request import BodyStream, Request
@@ -68,7 +69,10 @@ class ClientConnection(asyncio.Protocol):
         on_close: Callable[[ClientConnection], None],
         *,
         refuse: bool = False,
+        outbox: Outbox | None = None,
     ) -> None:
+        """``outbox``: where whole responses are held to the end of the loop's round (without
+        one they are written at once)."""
         self._config = config.server
         self.handler = handler
         self._tasks = tasks
@@ -92,6 +96,8 @@ class ClientConnection(asyncio.Protocol):
         self._close_when_idle = False
         self._writable = asyncio.Event()
         self._writable.set()
+        self._outbox = outbox
+        self._held: list[bytes] = []  # whole responses held in the outbox
         self._reading_paused = False
         self._stopped_reading = False
         # per-request parse state
@@ -371,6 +377,8 @@ class ClientConnection(asyncio.Protocol):
 
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.closed:
+            if self._held:
+                self.flush()
             self.transport.write(data)
 
     def write_response(self, head: bytes, body: bytes) -> None:
@@ -378,10 +386,41 @@ class ClientConnection(asyncio.Protocol):
         with it (writev), as it is: copying a 16 KiB body into one buffer with its head
         cost a fifth of a hit's time."""
         if self.transport is not None and not self.closed:
+            if self._held:
+                self.flush()
             if len(body) < _GATHER:
                 self.transport.write(head + body)
             else:
                 self.transport.writelines((head, body))
+
+    def hold_response(self, head: bytes, body: bytes) -> None:
+        """A whole response made from an origin's answer, held in the outbox to the end of
+        the loop's round (written at once without one)."""
+        if self.transport is None or self.closed:
+            return
+        if self._outbox is None:
+            self.write_response(head, body)
+            return
+        if not self._held:
+            self._outbox.hold(self)
+        if len(body) < _GATHER:
+            self._held.append(head + body)
+        else:
+            self._held += (head, body)
+
+    def flush(self) -> None:
+        """Write the responses held in the outbox."""
+        held = self._held
+        if not held:
+            return
+        self._held = []
+        transport = self.transport
+        if transport is None or self.closed or transport.is_closing():
+            return
+        if len(held) == 1:
+            transport.write(held[0])
+        else:
+            transport.writelines(held)
 
     def write_paged(self, head: bytes, body: bytes, pages: int) -> None:
         """A whole response whose body is also in the memory file ``pages``: the head
@@ -393,6 +432,8 @@ class ClientConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.closed:
             return
+        if self._held:
+            self.flush()
         if self._fileno < 0 or transport.get_write_buffer_size():
             transport.writelines((head, body))
             return
@@ -412,6 +453,8 @@ class ClientConnection(asyncio.Protocol):
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
+            if self._held:
+                self.flush()
             self.closed = True
             self.transport.close()
 
@@ -426,6 +469,8 @@ class ClientConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.closed:
             return
+        if self._held:
+            self.flush()
         if transport.can_write_eof():
             transport.write_eof()
         self._loop.call_later(_LINGER, self.close)

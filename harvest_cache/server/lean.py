@@ -243,7 +243,7 @@ def write_answer(conn: ClientConnection, head: bytes, body: bytes) -> bool:
     """Send a whole response; False if the client has gone."""
     if conn.closed:
         return False
-    conn.write_response(head, body)
+    conn.hold_response(head, body)
     return True
 
 

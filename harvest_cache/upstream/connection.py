@@ -16,6 +16,7 @@ import httptools
 from harvest_cache.errors import ReadTimeout, UpstreamError, UpstreamProtocolError, UpstreamReset
 from harvest_cache.http.headers import Headers
 from harvest_cache.metrics import Traffic
+from harvest_cache.outbox import Outbox
 
 # Past this much unread body the socket is paused; the reader resumes it.
 _HIGH_WATER = 1 << 20
@@ -83,8 +84,15 @@ class UpstreamConnection(asyncio.Protocol):
     """
 
     def __init__(
-        self, key: tuple[str, int], peer_ip: str, *, traffic: Traffic | None = None
+        self,
+        key: tuple[str, int],
+        peer_ip: str,
+        *,
+        traffic: Traffic | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
+        """``outbox``: where request heads sent at once (``send_now``) are held to the end of
+        the loop's round (without one they are written at once)."""
         self.key = key
         self.peer_ip = peer_ip
         self._traffic = traffic if traffic is not None else Traffic()
@@ -114,6 +122,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._paused = False
         self._writable = asyncio.Event()
         self._writable.set()
+        self._outbox = outbox
+        self._held = b""  # a request head held in the outbox
         self._listener: Listener | None = None
         self._interim: Interim | None = None
         self._recognise: Recognise | None = None
@@ -289,10 +299,23 @@ class UpstreamConnection(asyncio.Protocol):
                 self._timer = loop.call_later(read_timeout, self._check_heard)
 
     def send_now(self, data: bytes) -> None:
-        """Write a request head without waiting (for a listened exchange)."""
+        """Send a request head without waiting (for a listened exchange): held in the outbox
+        to the end of the loop's round."""
         if self.transport is None or self.closed:
             raise UpstreamReset("the connection to the origin is closed")
-        self.transport.write(data)
+        if self._outbox is None:
+            self.transport.write(data)
+            return
+        if not self._held:
+            self._outbox.hold(self)
+        self._held += data
+
+    def flush(self) -> None:
+        """Write the request head held in the outbox."""
+        held, self._held = self._held, b""
+        transport = self.transport
+        if held and transport is not None and not self.closed and not transport.is_closing():
+            transport.write(held)
 
     @property
     def listening(self) -> bool:
@@ -334,6 +357,8 @@ class UpstreamConnection(asyncio.Protocol):
     async def write(self, data: bytes) -> None:
         if self.transport is None or self.closed:
             raise UpstreamReset("the connection to the origin closed while sending the request")
+        if self._held:
+            self.flush()
         self.transport.write(data)
         if not self._writable.is_set():
             await self._writable.wait()
@@ -411,6 +436,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self._held = b""  # (a request not sent yet is abandoned with the connection)
         if self.transport is not None:
             self.transport.close()
 

@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 from harvest_cache.config import UpstreamConfig
 from harvest_cache.errors import ConnectRefused, ConnectTimeout, UpstreamError
 from harvest_cache.metrics import Traffic
+from harvest_cache.outbox import Outbox
 from harvest_cache.upstream.connection import UpstreamConnection
 
 _SWEEP_EVERY = 5.0
@@ -28,11 +29,17 @@ class Pool:
     """Per-(host, port) stacks of idle connections; the newest is reused first."""
 
     def __init__(
-        self, resolver: Resolver, config: UpstreamConfig, traffic: Traffic | None = None
+        self,
+        resolver: Resolver,
+        config: UpstreamConfig,
+        traffic: Traffic | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
+        """``outbox``: given to the connections made (see UpstreamConnection)."""
         self._resolver = resolver
         self._config = config
         self._traffic = traffic if traffic is not None else Traffic()
+        self._outbox = outbox
         self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
         self._last_sweep = 0.0
         self.opened = 0
@@ -90,7 +97,9 @@ class Pool:
     async def connect(self, host: str, port: int) -> UpstreamConnection:
         """A new HTTP connection to ``host:port``."""
         conn = await self.open(
-            host, port, partial(UpstreamConnection, (host, port), traffic=self._traffic)
+            host,
+            port,
+            partial(UpstreamConnection, (host, port), traffic=self._traffic, outbox=self._outbox),
         )
         self.opened += 1
         return conn
