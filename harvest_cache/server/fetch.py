@@ -55,8 +55,9 @@ Alternatives = tuple[tuple[str, str], ...]
 
 
 class Deferred(Protocol):
-    """A fetch that makes its flight only once a request joins it (most planned fetches
-    have no joiner, and a flight made and retired for none is a tenth of their work)."""
+    """A fetch that makes its flight only once a request joins it: most planned fetches have
+    no joiner, and making, publishing to and retiring a flight for none cost a planned
+    revalidation 3.7k instructions and a planned miss 7.8k (callgrind)."""
 
     def publish_to(self, flight: Flight) -> None:
         """Publish to ``flight`` from now on, beginning with what came so far."""
