@@ -125,7 +125,7 @@ class Channel(asyncio.Protocol):
         self._confirming[ident] = waiter
         self.send({"deleted": key, "id": ident})
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), CONFIRM_TIMEOUT)
+            await asyncio.wait_for(waiter, CONFIRM_TIMEOUT)
         except TimeoutError:
             log.warning("the other workers did not confirm dropping %s in time", key)
         finally:

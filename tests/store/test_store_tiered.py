@@ -473,6 +473,22 @@ async def test_read_overlapping_a_delete_does_not_promote_stale_data(cfg: CacheC
     await store.close()
 
 
+async def test_read_overlapping_another_process_change_does_not_promote_it(
+    cfg: CacheConfig,
+) -> None:
+    """``dropped``: another worker changed the key; what a read in flight found is older."""
+    store = await open_store(cfg)
+    await put(store, "k", b"old")
+    store.memory.delete("k")
+    for _ in range(20):
+        read = asyncio.create_task(store.get("k"))
+        await asyncio.sleep(0)  # the read is now waiting on the disk tier
+        store.dropped("k")
+        assert await body_of(await read) == b"old"  # (the reader itself still gets it)
+        assert store.get_memory("k") is None
+    await store.close()
+
+
 async def test_cancelled_read_closes_the_file_it_opened(store: TieredStore) -> None:
     await put(store, "big", payload(2 * MIB))
     with warnings.catch_warnings(record=True) as seen:
