@@ -378,6 +378,12 @@ class CacheCollector:
                 (),
                 {(): icp.dropped},
             )
+            yield _counter(
+                "harvest_cache_icp_unsent",
+                "ICP datagrams the socket refused to send (its buffer full): lost, as on the way.",
+                (),
+                {(): icp.unsent},
+            )
         neighbours = server.neighbours
         if neighbours is not None:
             now = asyncio.get_running_loop().time()

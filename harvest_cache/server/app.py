@@ -253,11 +253,8 @@ class CacheServer:
             self.tasks,
             origin_rtt=self.pool.rtt,
         )
-        loop = asyncio.get_running_loop()
         shared = self.config.server.workers > 1
-        await loop.create_datagram_endpoint(
-            lambda: endpoint, local_addr=(host, port), reuse_port=shared
-        )
+        await endpoint.open(host, port, reuse_port=shared)
         self.icp = endpoint
         if shared:
             # The kernel picks one worker for all of a peer's datagrams to the shared port, so
@@ -269,7 +266,7 @@ class CacheServer:
                 lambda: False,
                 self.tasks,
             )
-            await loop.create_datagram_endpoint(lambda: queries, local_addr=(host, 0))
+            await queries.open(host, 0)
             self.icp_queries = queries
         log.info("ICP on %s:%d", host, port)
 

@@ -779,8 +779,7 @@ async def run_batch(
     assert set(per_number) == set(queries)  # and no query went unanswered
     assert sum(endpoint.answered.values()) - answered == len(queries)
     assert endpoint.dropped - dropped == invalid + unsolicited
-    assert endpoint._transport is not None
-    assert not endpoint._transport.is_closing()  # (the socket survived)
+    assert endpoint.is_open  # (the socket survived)
     assert peer.errors == []
     kinds: Counter[str] = Counter()
     for data, _ in peer.received:

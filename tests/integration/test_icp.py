@@ -201,6 +201,20 @@ async def test_rfc2186_many_queries_each_answered_with_its_number(
     assert numbers == set(range(1, 51))
 
 
+async def test_a_datagram_the_socket_cannot_send_is_counted_and_answering_goes_on(
+    make_cache: MakeCache, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache)
+    endpoint = cache.icp
+    assert endpoint is not None
+    # A peer's IPv6 address, from a socket bound to an IPv4 one: the send fails at once.
+    endpoint.send(encode(query(1, "http://127.0.0.1:9/")), ("::1", 3130))
+    assert endpoint.unsent == 1
+    answer = await peer.answer(icp_port(cache), query(2, "http://127.0.0.1:9/"))
+    assert (answer.request_number, answer.opcode) == (2, Opcode.MISS)
+    assert endpoint.unsent == 1
+
+
 async def test_icp_is_off_unless_a_port_is_configured(make_cache: MakeCache, peer: Querier) -> None:
     cache = await make_cache()
     assert cache.icp is None
