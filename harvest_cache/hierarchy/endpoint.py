@@ -48,11 +48,11 @@ log = logging.getLogger("harvest_cache")
 
 MAX_PENDING = 256
 Address = tuple[str, int]
-_QUERY_V2 = b"\x01\x02"
-_NO_OPTIONS = b"\x00\x00\x00\x00"
 # A reply's header: opcode, version 2, length, the query's request number, then no options,
 # option data or sender address.
 _REPLY_HEAD = struct.Struct("!BBH4s12x")
+# A plain query's: opcode 1 and version 2, its length, and no options (0).
+_QUERY_HEAD = struct.Struct("!HH4xI")
 _KNOWN = 65536  # URLs (and addresses) whose answers are remembered; all forgotten when full
 _BATCH = 64  # datagrams taken at most each time the socket is readable (others wait their turn)
 _RECEIVE = MAX_MESSAGE + 1  # (a longer datagram is cut to this, and then fails its length check)
@@ -149,17 +149,18 @@ class IcpEndpoint:
             return
         recvfrom, sendto = sock.recvfrom, sock.sendto
         may_ask, known_get, peek = self._allowed_ips.get, self._known.get, self._peek
-        answers, pack = self._answers, _REPLY_HEAD.pack
+        pack, head = _REPLY_HEAD.pack, _QUERY_HEAD.unpack_from
         now = time.time()
         miss = _MISS if self._fetching() else _MISS_NOFETCH
+        hits = misses = 0  # (answered here; counted once the batch is done)
         for _ in range(_BATCH):
             try:
                 data, addr = recvfrom(_RECEIVE)
             except (BlockingIOError, InterruptedError):
-                return
+                break
             except OSError as exc:
                 if self._sock is None:
-                    return  # (closed by what a datagram of this batch led to)
+                    break  # (closed by what a datagram of this batch led to)
                 # (An ICMP error for an earlier reply, on systems that report them: the
                 # querier went away. Nothing to do.)
                 log.debug("ICP socket error: %s", exc)
@@ -168,14 +169,7 @@ class IcpEndpoint:
             # a cache that may ask, whose URL's answer the memory tier (or the memo) gives.
             size = len(data)
             end = size - 1
-            if (
-                end < 24
-                or data[end]
-                or not data.startswith(_QUERY_V2)
-                or not data.startswith(_NO_OPTIONS, 8)
-                or data[2] << 8 | data[3] != size
-                or not may_ask(addr[0])
-            ):
+            if end < 24 or data[end] or head(data) != (0x0102, size, 0) or not may_ask(addr[0]):
                 self._take(data, addr)
                 continue
             spelt = data[24:end]
@@ -191,13 +185,19 @@ class IcpEndpoint:
                 if known is None:
                     self._take(data, addr)
                     continue
-            opcode = _HIT if known.hit else miss
-            answers[opcode] += 1
+            if known.hit:
+                opcode = _HIT
+                hits += 1
+            else:
+                opcode = miss
+                misses += 1
             # The query's request number and URL echoed; no options, no requester field.
             try:
                 sendto(pack(opcode, 2, size - 4, data[4:8]) + data[24:], addr)
             except OSError:
                 self.unsent += 1
+        self._answers[_HIT] += hits
+        self._answers[miss] += misses
 
     def _learn(self, spelt: bytes, now: float) -> _Known | None:
         """The answer for the URL spelt so, from the memory tier (remembered if anything is
