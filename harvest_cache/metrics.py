@@ -378,6 +378,12 @@ class CacheCollector:
                 (),
                 {(): icp.dropped},
             )
+            yield _gauge(
+                "harvest_cache_icp_own_sockets",
+                "Caches whose ICP queries are answered on a socket of their own (busy queriers).",
+                (),
+                {(): icp.own_sockets},
+            )
             yield _counter(
                 "harvest_cache_icp_unsent",
                 "ICP datagrams the socket refused to send (its buffer full): lost, as on the way.",

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 
-from harvest_cache.hierarchy.icp import IcpMessage, Opcode, decode, encode, query
+from harvest_cache.hierarchy.icp import IcpMessage, Opcode, decode, encode, query, reply
 from harvest_cache.server.app import CacheServer
 from tests.support import (
     MakeCache,
     Origin,
     ProxyClient,
     Querier,
+    cache_config,
     free_udp_port,
     proxy_client,
     static,
@@ -213,6 +217,89 @@ async def test_a_datagram_the_socket_cannot_send_is_counted_and_answering_goes_o
     answer = await peer.answer(icp_port(cache), query(2, "http://127.0.0.1:9/"))
     assert (answer.request_number, answer.opcode) == (2, Opcode.MISS)
     assert endpoint.unsent == 1
+
+
+async def test_a_cache_that_keeps_asking_is_answered_on_a_socket_of_its_own(
+    make_cache: MakeCache, peer: Querier
+) -> None:
+    cache = await icp_cache(make_cache)
+    endpoint = cache.icp
+    assert endpoint is not None
+    assert peer.transport is not None
+    port = icp_port(cache)
+    numbers: set[int] = set()
+
+    async def ask_all(first: int, last: int) -> None:
+        """Queries ``first``..``last``, 32 at a time (no socket buffer overflows)."""
+        assert peer.transport is not None
+        for start in range(first, last + 1, 32):
+            batch = range(start, min(start + 32, last + 1))
+            for n in batch:
+                url = f"http://127.0.0.1:9/{n}"
+                peer.transport.sendto(encode(query(n, url)), ("127.0.0.1", port))
+            for _ in batch:
+                async with asyncio.timeout(5):
+                    data, source = await peer.replies.get()
+                assert source[1] == port  # from the ICP port, whichever socket took the query
+                message = decode(data)
+                assert message.opcode is Opcode.MISS
+                assert message.url == f"http://127.0.0.1:9/{message.request_number}"
+                numbers.add(message.request_number)
+
+    await ask_all(1, 250)
+    assert endpoint.own_sockets == 0
+    await ask_all(251, 320)
+    assert numbers == set(range(1, 321))
+    assert endpoint.own_sockets == 1
+    answered = sum(endpoint.answered.values())
+    # Everything else it sends goes the whole way there too: a reply to no query of ours
+    # and garbage are dropped, a query with options is answered.
+    dropped = endpoint.dropped
+    stray = encode(reply(query(7, "http://127.0.0.1:9/"), Opcode.MISS))
+    peer.transport.sendto(stray, ("127.0.0.1", port))
+    peer.transport.sendto(b"\x01\x02\x00", ("127.0.0.1", port))
+    await wait_until(lambda: endpoint.dropped == dropped + 2)
+    got = await peer.answer(port, query(400, "http://127.0.0.1:9/x", src_rtt=True))
+    assert (got.request_number, got.opcode) == (400, Opcode.MISS)
+    assert sum(endpoint.answered.values()) == answered + 1
+    # Another cache is still answered on the shared socket.
+    async with udp_querier() as other:
+        got = await other.answer(port, query(1, "http://127.0.0.1:9/y"))
+        assert got.opcode is Opcode.MISS
+    assert endpoint.own_sockets == 1
+
+
+async def test_an_icp_port_held_by_another_program_is_refused(make_cache: MakeCache) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        with pytest.raises(OSError, match="in use") as refused:
+            await make_cache(icp={"port": port, "allow": ["127.0.0.0/8"]})
+        assert refused.value.errno == errno.EADDRINUSE
+
+
+async def test_stopping_closes_every_icp_socket(tmp_path: Path, peer: Querier) -> None:
+    port = free_udp_port()
+    cache = await CacheServer.start(
+        cache_config(tmp_path, icp={"port": port, "allow": ["127.0.0.0/8"]})
+    )
+    try:
+        endpoint = cache.icp
+        assert endpoint is not None
+        assert peer.transport is not None
+
+        async def answered(count: int) -> None:
+            await wait_until(lambda: sum(endpoint.answered.values()) >= count)
+
+        for n in range(1, 301):
+            peer.transport.sendto(encode(query(n, "http://127.0.0.1:9/")), ("127.0.0.1", port))
+            if n % 32 == 0:
+                await answered(n)
+        await wait_until(lambda: endpoint.own_sockets == 1)
+    finally:
+        await cache.stop(0.5)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as again:
+        again.bind(("127.0.0.1", port))  # (no socket of the cache's is left on the port)
 
 
 async def test_icp_is_off_unless_a_port_is_configured(make_cache: MakeCache, peer: Querier) -> None:
