@@ -50,8 +50,8 @@ version it replaces. The replicator reads a collection's changes with their vers
 member's (``apply_replica``: in one transaction, each entry only if its version is newer).
 
 **Index synchronisation.** ``indexed_seq`` is the highest seq the index is known to
-reflect: the index applies ``index_backlog`` and calls ``mark_indexed`` after its own
-commit, so after a crash the backlog holds exactly what it may have missed.
+reflect: the index applies ``changes_since`` that seq and calls ``mark_indexed`` after its
+own commit, so after a crash the changes since the mark hold exactly what it may have missed.
 
 **Threads.** One SQLite connection (WAL) on one dedicated thread; every call is queued to
 it and awaited, and the calls run one at a time in the order made. Work on many records is
@@ -518,9 +518,6 @@ class _Store:
         rows = self._conn.execute(schema.CHANGES, {"after": after, "limit": limit})
         return [_change(row) for row in rows]
 
-    def backlog(self, limit: int) -> list[Change]:
-        return self.changes(self.meta("indexed_seq"), limit)
-
     # -- replicas ---------------------------------------------------------------------------
 
     def replica_changes(self, collection: str, after: int, limit: int) -> list[ReplicaChange]:
@@ -829,12 +826,6 @@ class Registry:
     async def indexed_seq(self) -> int:
         """The highest seq the index is known to reflect."""
         return await self._call(self._store.meta, "indexed_seq")
-
-    async def index_backlog(self, limit: int) -> list[Change]:
-        """``changes_since(indexed_seq, limit)``: what the index has yet to apply."""
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
-        return await self._call(self._store.backlog, limit)
 
     async def mark_indexed(self, seq: int) -> None:
         """Record that the index reflects every change up to ``seq`` (call after the index

@@ -4,6 +4,12 @@ After every pull the registry's changes since the index last caught up (its chan
 are applied to the index and the mark moved on; a crash between the two leaves a backlog that
 the next ``catch_up`` applies. ``reconcile`` is the garbage collector's full comparison: what
 the index holds that the registry does not is removed, and what it lacks is added.
+
+The index commits once every ``COMMIT_EVERY`` changes and at the end of the backlog, not
+once a read batch: each commit flushes a segment per indexing thread, and small segments
+are merged again and again. Committed every 1,000, 100,000 generated records made 10
+segments (199 MB), and a two-error query's p99 in the index was 19 ms; every 20,000, 3
+segments (173 MB) and 6-10 ms (bench/README.md, "Broker index").
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from broker.index.interface import Index, IndexedObject
 from broker.registry import Registry, Stored
 from gatherer.soif import Record
 
-BATCH = 1000
+BATCH = 1000  # changes read from the registry at a time
+COMMIT_EVERY = 20_000  # changes applied between two index commits, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,26 +56,37 @@ def indexed(stored: Stored) -> IndexedObject:
 class IndexSync:
     """Moves registry changes into the index."""
 
-    def __init__(self, registry: Registry, index: Index) -> None:
+    def __init__(
+        self, registry: Registry, index: Index, *, commit_every: int = COMMIT_EVERY
+    ) -> None:
         self._registry = registry
         self._index = index
+        self._commit_every = commit_every
 
     async def catch_up(self) -> int:
-        """Apply every change the index has not seen; returns how many were applied."""
-        applied = 0
+        """Apply every change the index has not seen; returns how many were applied. The
+        registry's mark moves after each index commit, so what a failure interrupts is
+        applied again next time."""
+        applied = pending = 0
+        seq = await self._registry.indexed_seq()
         while True:
-            changes = await self._registry.index_backlog(BATCH)
+            changes = await self._registry.changes_since(seq, BATCH)
+            if changes:
+                upserts = [c.oid for c in changes if c.kind == "upsert"]
+                removed = [c.oid for c in changes if c.kind == "remove"]
+                # An object changed twice in the batch is added once, as it is now.
+                current = await self._registry.get_many(upserts)
+                await self._index.remove(removed)
+                await self._index.add([indexed(s) for s in current.values()])
+                seq = changes[-1].seq
+                applied += len(changes)
+                pending += len(changes)
+            if pending and (not changes or pending >= self._commit_every):
+                await self._index.commit()
+                await self._registry.mark_indexed(seq)
+                pending = 0
             if not changes:
                 return applied
-            upserts = [c.oid for c in changes if c.kind == "upsert"]
-            removed = [c.oid for c in changes if c.kind == "remove"]
-            # An object changed twice in the batch is added once, as it is now.
-            current = await self._registry.get_many(upserts)
-            await self._index.remove(removed)
-            await self._index.add([indexed(s) for s in current.values()])
-            await self._index.commit()
-            await self._registry.mark_indexed(changes[-1].seq)
-            applied += len(changes)
 
     async def reconcile(self) -> Reconciled:
         """Make the index hold exactly the registry's objects (after catching up)."""
