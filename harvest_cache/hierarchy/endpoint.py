@@ -119,7 +119,7 @@ class IcpEndpoint:
         self._known: dict[bytes, _Known] = {}
         self._allowed_ips: dict[str, bool] = {}
         # Sockets of their own for the caches that keep asking (connected to them), and how
-        # many plain queries the others have sent.
+        # many datagrams the others have sent (those that may ask).
         self._own: dict[Address, socket.socket] = {}
         self._asked: dict[Address, int] = {}
 
