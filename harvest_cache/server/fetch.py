@@ -488,6 +488,9 @@ class Fetcher:
     ) -> None:
         """Take the body into the flight (and the store), then end the exchange."""
         size = 0
+        # A replacement's last chunk is published after its commit (``ObjectWriter.confirms``).
+        holding = writer is not None and writer.confirms
+        held = b""
         try:
             while chunk := await exchange.read():
                 size += len(chunk)
@@ -496,9 +499,15 @@ class Fetcher:
                 elif flight.readers == 0:
                     # Nobody reads it and it is not stored: stop taking the origin's bytes.
                     raise UpstreamReset("every client left")
+                if holding:
+                    chunk, held = held, chunk
+                    if not chunk:
+                        continue
                 await flight.publish(chunk)
             if writer is not None:
                 await writer.commit(head.with_body_length(size))
+            if held:
+                await flight.publish(held)
         except BaseException:
             exchange.abort()
             if writer is not None:

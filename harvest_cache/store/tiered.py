@@ -123,7 +123,11 @@ class TieredStore:
         too_big = expected_length is not None and expected_length > self.max_object
         if self._closed or self.max_object < 0 or too_big:
             return None
-        writer = TieredWriter(self, key)
+        # Others hold copies only of what they read from the shared disk tier. Any key may
+        # be one (a reload, a validation's new body, or one the writer's own memory lacks):
+        # every commit waits for their drops, a round trip through the supervisor.
+        confirms = self.sharers is not None and self._disk is not None
+        writer = TieredWriter(self, key, confirms)
         self._writers.add(writer)
         return writer
 
@@ -219,7 +223,9 @@ class TieredStore:
         assert self._disk is not None, "only bodies bound for the disk tier are spooled"
         return self._disk.new_spool()
 
-    async def _commit(self, key: str, head: StoredHead, body: list[bytes] | Spool) -> None:
+    async def _commit(
+        self, key: str, head: StoredHead, body: list[bytes] | Spool, confirms: bool
+    ) -> None:
         self._changing(key)
         stored: bytes | Spool
         if isinstance(body, list):
@@ -230,7 +236,11 @@ class TieredStore:
             self.memory.bypass(key)
         if self._disk is not None:
             await self._write_disk(self._disk.commit, key, head, stored)
-        self._tell(key)
+        if confirms and self.sharers is not None:
+            # (Their copies are older: gone before the commit returns, as a deletion's.)
+            await self.sharers.deleted(key)
+        else:
+            self._tell(key)
 
     def _tell(self, key: str) -> None:
         # A newer object is worth telling of only where the others can read it: from the
@@ -300,7 +310,8 @@ class Sharers(Protocol):
         """``key`` has a newer object, head or marker on the shared disk tier."""
 
     async def deleted(self, key: str) -> None:
-        """``key`` is deleted: return once the others hold no copy of it."""
+        """``key`` is deleted, or replaced by an object the others must not serve an older
+        copy of: return once they hold no copy of it."""
 
 
 def _close_unclaimed(future: asyncio.Future[Found | None]) -> None:
@@ -320,8 +331,9 @@ class TieredWriter:
     keeps what it held.
     """
 
-    def __init__(self, store: TieredStore, key: str) -> None:
+    def __init__(self, store: TieredStore, key: str, confirms: bool = False) -> None:
         self.key = key
+        self.confirms = confirms
         self.size = 0
         self.abandoned = False
         self._store = store
@@ -362,7 +374,7 @@ class TieredWriter:
             await self._spill()  # the last partial batch
         self._finish()
         if not self.abandoned:
-            await self._store._commit(self.key, head, self._spool or self._chunks)
+            await self._store._commit(self.key, head, self._spool or self._chunks, self.confirms)
 
     async def abort(self) -> None:
         if not self._finished:

@@ -582,3 +582,63 @@ async def test_store_does_no_file_or_database_io_on_the_event_loop(
         loop.set_debug(False)
     assert _LoopWatch.events == []
     assert [r.getMessage() for r in caplog.records if "took" in r.getMessage()] == []
+
+
+# -- other processes sharing the store ------------------------------------------------------------
+
+
+class Others:
+    """The other workers, as the store tells them of changes: ``deleted`` (a drop that must
+    be confirmed) waits until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.changed_keys: list[str] = []
+        self.deleted_keys: list[str] = []
+        self.confirm = asyncio.Event()
+
+    def changed(self, key: str) -> None:
+        self.changed_keys.append(key)
+
+    async def deleted(self, key: str) -> None:
+        self.deleted_keys.append(key)
+        await self.confirm.wait()
+
+
+async def test_with_sharers_a_commit_returns_once_the_others_dropped_their_copies(
+    store: TieredStore,
+) -> None:
+    others = Others()
+    store.sharers = others
+    writer = store.open_writer("k", 3)
+    assert writer is not None
+    assert writer.confirms
+    await writer.write(b"new")
+    committing = asyncio.ensure_future(writer.commit(head_for("k", 3)))
+    for _ in range(50):  # (the disk write runs in the store's thread)
+        if others.deleted_keys:
+            break
+        await asyncio.sleep(0.01)
+    assert others.deleted_keys == ["k"]
+    await asyncio.sleep(0.05)
+    assert not committing.done()  # waiting for the others
+    others.confirm.set()
+    await asyncio.wait_for(committing, 2)
+    found = await store.get("k")
+    assert isinstance(found, StoredObject)
+    assert found.body == b"new"
+    assert others.changed_keys == []
+
+
+async def test_without_a_disk_tier_nothing_is_confirmed(tmp_path: Path) -> None:
+    store = await open_store(config(tmp_path, disk_mb=0))
+    try:
+        others = Others()
+        store.sharers = others
+        writer = store.open_writer("k", 3)
+        assert writer is not None
+        assert not writer.confirms  # (the others cannot read it: they keep their own)
+        await writer.write(b"new")
+        await asyncio.wait_for(writer.commit(head_for("k", 3)), 2)
+        assert others.deleted_keys == others.changed_keys == []
+    finally:
+        await store.close()
