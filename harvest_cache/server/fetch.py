@@ -488,7 +488,8 @@ class Fetcher:
     ) -> None:
         """Take the body into the flight (and the store), then end the exchange."""
         size = 0
-        # A replacement's last chunk is published after its commit (``ObjectWriter.confirms``).
+        # When other processes must drop their copies first (``ObjectWriter.confirms``), the
+        # last chunk reaches the clients only after the commit.
         holding = writer is not None and writer.confirms
         held = b""
         try:

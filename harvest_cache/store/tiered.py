@@ -331,7 +331,7 @@ class TieredWriter:
     keeps what it held.
     """
 
-    def __init__(self, store: TieredStore, key: str, confirms: bool = False) -> None:
+    def __init__(self, store: TieredStore, key: str, confirms: bool) -> None:
         self.key = key
         self.confirms = confirms
         self.size = 0
