@@ -20,8 +20,8 @@ What must stay one cache goes through the supervisor:
 Each worker's channel is a socket pair of JSON lines: the worker announces its admin port
 (``{"admin": port}``) and its changes (``{"changed": key}``: a refreshed head); the
 supervisor sends the others' changes (``{"drop": key}``). A deletion (PURGE, or an unsafe
-method's invalidation) and a newly stored object are confirmed before the response is
-complete, so that no worker serves an older copy afterwards: the worker sends
+method's invalidation) and the replacement of a stored object are confirmed before the
+response is complete, so that no worker serves an older copy afterwards: the worker sends
 ``{"deleted": key, "id": n}``, the supervisor sends the others ``{"drop": key, "ack": m}``,
 each answers ``{"dropped": m}`` once its copy is gone, and when all have (or have died) the
 supervisor answers ``{"confirmed": n}``.

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import diskcache
 from diskcache.core import MODE_BINARY, UNKNOWN
@@ -164,6 +164,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class Committed(NamedTuple):
+    """What storing an object did: rows evicted to make room, and whether it replaced one."""
+
+    evicted: int
+    replaced: bool
+
+
 class DiskTier:
     """Objects and Vary markers in a size-bounded diskcache.Cache (see the module docstring)."""
 
@@ -237,8 +244,9 @@ class DiskTier:
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot read {key!r}: {e}") from e
 
-    def commit(self, key: str, head: StoredHead, body: bytes | Spool) -> int:
-        """Store an object, replacing what ``key`` held; returns the number of rows evicted."""
+    def commit(self, key: str, head: StoredHead, body: bytes | Spool) -> Committed:
+        """Store an object, replacing what ``key`` held; the rows evicted, and whether ``key``
+        held anything (other processes sharing the tier may hold copies of that)."""
         spool = body if isinstance(body, Spool) else None
         try:
             if isinstance(body, bytes) and len(body) >= self._min_file_size:
@@ -251,12 +259,14 @@ class DiskTier:
             with self._mutating():
                 if spool is None:
                     assert isinstance(body, bytes)
-                    self._store(key, ObjectRecord(head, _new_body_key(), zlib.crc32(body)), body)
+                    record = ObjectRecord(head, _new_body_key(), zlib.crc32(body))
+                    replaced = self._store(key, record, body)
                 else:
                     staged = _Staged(self._cache.disk.filename()[0], spool.size)
-                    self._store(key, ObjectRecord(head, _new_body_key(), spool.crc32), staged)
+                    record = ObjectRecord(head, _new_body_key(), spool.crc32)
+                    replaced = self._store(key, record, staged)
                     self._place(key, spool, staged.filename)
-                return self._cull()
+                return Committed(self._cull(), replaced)
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot store {key!r}: {e}") from e
         finally:
@@ -316,8 +326,9 @@ class DiskTier:
 
     def _store(
         self, key: str, record: ObjectRecord | VaryMarker, value: bytes | _Staged | None
-    ) -> None:
-        """Put ``record`` (and its body ``value``) under ``key``, dropping the old body."""
+    ) -> bool:
+        """Put ``record`` (and its body ``value``) under ``key``, dropping the old body;
+        whether ``key`` held anything."""
         with self._cache.transact():
             old = self._record_or_none(key)
             if isinstance(record, ObjectRecord):
@@ -325,6 +336,7 @@ class DiskTier:
             self._cache.set(_head_key(key), encode(record))
             if isinstance(old, ObjectRecord):
                 self._cache.delete(old.body_key)
+        return old is not None
 
     def _place(self, key: str, spool: Spool, filename: str) -> None:
         """Rename a committed body's spool to its file; on failure, unstore the object."""

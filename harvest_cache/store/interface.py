@@ -36,10 +36,10 @@ Found = StoredObject | VaryMarker
 class ObjectWriter(Protocol):
     """Receives one response body as it streams; nothing is visible before ``commit``.
 
-    ``confirms``: other processes share the store and may hold copies of an older object
-    under the key, and ``commit`` returns only once they have dropped them; the caller keeps
-    the body's last bytes from its client until then, so that a client who has the new
-    object is never served the old one afterwards."""
+    ``confirms``: other processes share the store and likely hold copies of an older object
+    under the key, which ``commit`` waits for them to drop; the caller keeps the body's last
+    bytes from its client until then, so that a client who has the new object is not served
+    the old one afterwards."""
 
     confirms: bool
 

@@ -123,10 +123,11 @@ class TieredStore:
         too_big = expected_length is not None and expected_length > self.max_object
         if self._closed or self.max_object < 0 or too_big:
             return None
-        # Others hold copies only of what they read from the shared disk tier. Any key may
-        # be one (a reload, a validation's new body, or one the writer's own memory lacks):
-        # every commit waits for their drops, a round trip through the supervisor.
-        confirms = self.sharers is not None and self._disk is not None
+        # Others hold copies only of what they read from the shared disk tier, and a key
+        # this process holds in memory (a reload, a validation's new body) is likely held
+        # there too: its body's end waits for their drops. A first fetch does not wait.
+        sharing = self.sharers is not None and self._disk is not None
+        confirms = sharing and self.memory.peek(key) is not None
         writer = TieredWriter(self, key, confirms)
         self._writers.add(writer)
         return writer
@@ -234,9 +235,15 @@ class TieredStore:
         else:
             stored = body
             self.memory.bypass(key)
+        replaced = False
         if self._disk is not None:
-            await self._write_disk(self._disk.commit, key, head, stored)
-        if confirms and self.sharers is not None:
+            try:
+                evicted, replaced = await self._run(self._disk.commit, key, head, stored)
+            except DiskError as e:
+                self._write_failed(e)
+            else:
+                self.disk_evictions += evicted
+        if (confirms or replaced) and self.sharers is not None:
             # (Their copies are older: gone before the commit returns, as a deletion's.)
             await self.sharers.deleted(key)
         else:

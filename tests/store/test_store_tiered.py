@@ -604,14 +604,17 @@ class Others:
         await self.confirm.wait()
 
 
-async def test_with_sharers_a_commit_returns_once_the_others_dropped_their_copies(
+async def test_with_sharers_a_replacement_commits_once_the_others_dropped_their_copies(
     store: TieredStore,
 ) -> None:
     others = Others()
     store.sharers = others
+    # A first store: nobody can hold a copy yet, so they are only told.
+    await asyncio.wait_for(put(store, "k", b"old"), 2)
+    assert (others.changed_keys, others.deleted_keys) == (["k"], [])
     writer = store.open_writer("k", 3)
     assert writer is not None
-    assert writer.confirms
+    assert writer.confirms  # (held here: likely held by the others too)
     await writer.write(b"new")
     committing = asyncio.ensure_future(writer.commit(head_for("k", 3)))
     for _ in range(50):  # (the disk write runs in the store's thread)
@@ -626,7 +629,21 @@ async def test_with_sharers_a_commit_returns_once_the_others_dropped_their_copie
     found = await store.get("k")
     assert isinstance(found, StoredObject)
     assert found.body == b"new"
-    assert others.changed_keys == []
+    assert others.changed_keys == ["k"]
+
+
+async def test_a_replacement_found_only_on_disk_is_confirmed_too(store: TieredStore) -> None:
+    await put(store, "k", b"old")
+    store.memory.delete("k")  # (this process's copy gone; the others may still hold theirs)
+    others = Others()
+    others.confirm.set()
+    store.sharers = others
+    writer = store.open_writer("k", 3)
+    assert writer is not None
+    assert not writer.confirms  # (nothing told this process to expect a replacement)
+    await writer.write(b"new")
+    await asyncio.wait_for(writer.commit(head_for("k", 3)), 2)
+    assert (others.changed_keys, others.deleted_keys) == ([], ["k"])
 
 
 async def test_without_a_disk_tier_nothing_is_confirmed(tmp_path: Path) -> None:
