@@ -711,3 +711,13 @@ async def test_icp_with_workers_on_the_shared_port_and_from_each_worker(
         assert total(text, "harvest_cache_icp_replies_sent_total", opcode="HIT") == 12
         assert total(text, "harvest_cache_icp_replies_sent_total", opcode="MISS") == 12
         assert origin.hits["/never"] == 0
+
+        # A querier that keeps asking gets a socket of its own in the worker that takes its
+        # datagrams (joining the port's SO_REUSEPORT group); it is answered as before.
+        async with udp_querier() as busy:
+            for n in range(300):
+                hit = await busy.answer(icp_port, query(1000 + n, stored))
+                assert (hit.opcode, hit.request_number) == (Opcode.HIT, 1000 + n)
+        text = await child.metrics()
+        assert total(text, "harvest_cache_icp_own_sockets") == 1
+        assert total(text, "harvest_cache_icp_replies_sent_total", opcode="HIT") == 312
