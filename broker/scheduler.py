@@ -243,11 +243,6 @@ class Scheduler:
 
     async def _succeeded(self, name: str, number: int, result: PullResult) -> None:
         log.info("%s: %r", name, result)
-        if self._current(name, number) and name in self._collections:
-            stats = self._stats[name]
-            stats.pulls += 1
-            stats.last_success = self._clock.now()
-            stats.last_result = result
         # Called even for a collection removed meanwhile: what it applied is in the registry.
         async with self._applying:
             try:
@@ -255,7 +250,13 @@ class Scheduler:
             except Exception:
                 # The registry holds what was applied; the index catches up on the next call.
                 log.exception("%s: on_applied failed after a pull", name)
+        # Counted once applied and no longer running: a pull counted while still running
+        # would be counted twice by whoever waits for "the running one, then one more".
         if self._current(name, number) and name in self._collections:
+            stats = self._stats[name]
+            stats.pulls += 1
+            stats.last_success = self._clock.now()
+            stats.last_result = result
             self._schedule.succeeded(name, self._clock.now())
 
     def _failed(self, name: str, number: int, error: CollectError) -> None:
