@@ -751,6 +751,31 @@ async def test_a_failing_on_applied_does_not_stop_the_scheduler(
         assert scheduler.status()[NAME].failures == 0
 
 
+async def test_a_pull_is_counted_when_it_ends_after_its_objects_are_applied(
+    origin: Origin, collector: Collector
+) -> None:
+    clock = ManualClock(NOW)
+    applying = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(result: PullResult) -> None:
+        applying.set()
+        await release.wait()
+
+    origin.route("/records", answer(soif(many(1))))
+    scheduler = Scheduler(collector, [collection(origin.url(""), interval=60.0)], slow, clock=clock)
+    async with scheduler:
+        await asyncio.wait_for(applying.wait(), 5)
+        status = scheduler.status()[NAME]
+        # Still running while its objects are applied: not counted yet, so a caller waiting
+        # for "the running pull, then one more" counts right.
+        assert (status.running, status.pulls, status.last_success) == (True, 0, None)
+        release.set()
+        await until(lambda: not scheduler.status()[NAME].running)
+        status = scheduler.status()[NAME]
+        assert (status.pulls, status.last_success, status.next_due) == (1, NOW, NOW + 60)
+
+
 async def test_the_scheduler_runs_on_the_system_clock(origin: Origin, collector: Collector) -> None:
     applied = Applied()
     origin.route("/records", answer(soif(many(1))))
