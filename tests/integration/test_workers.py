@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harvest_cache.hierarchy.icp import Opcode, query
 from harvest_cache.server.app import CacheServer
+from tests.store.test_store_tiered import Others
 from tests.support import (
     Handler,
     LogLine,
@@ -42,11 +43,13 @@ from tests.support import (
     parse_access_log,
     program_config,
     promtool_check,
+    proxy_client,
     read_response,
     request_bytes,
     spawn,
     static,
     udp_querier,
+    wait_until,
     write_config,
 )
 
@@ -461,6 +464,45 @@ async def test_a_newer_response_stored_by_one_worker_replaces_the_others_copies(
         after = await bodies_over_new_connections(sup, url, 30)
         stale = [body for body in after if body in old]
         assert stale == [], f"older copies served after a newer one was stored: {stale}"
+
+
+async def test_a_replacements_last_bytes_wait_until_the_other_workers_dropped_their_copies(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    # In one process, with the other workers stood in for by ``Others``: deterministic where
+    # the test above is a race against the supervisor's relay.
+    calls = 0
+
+    async def streamed(request: web.Request) -> web.StreamResponse:
+        # Two parts with a pause between: the cache streams the body (not whole at once).
+        nonlocal calls
+        calls += 1
+        body = b"v%d" % calls + b"." * 4096
+        response = web.StreamResponse(headers={**FRESH, "Content-Length": str(len(body))})
+        await response.prepare(request)
+        await response.write(body[:100])
+        await asyncio.sleep(0.05)
+        await response.write(body[100:])
+        await response.write_eof()
+        return response
+
+    origin.route("/replaced", streamed)
+    url = origin.url("/replaced")
+    cache = await make_cache()
+    others = Others()
+    cache.store.sharers = others
+    async with proxy_client(cache) as client:
+        _, first = await client.get(url)
+        assert first.startswith(b"v1.")
+        await wait_until(lambda: others.changed_keys == [url])  # a first fetch: told
+        assert others.deleted_keys == []
+        reload = asyncio.ensure_future(client.get(url, headers={"Cache-Control": "no-cache"}))
+        await wait_until(lambda: others.deleted_keys == [url])
+        await asyncio.sleep(0.2)
+        assert not reload.done()  # the new body's end is held until the others confirm
+        others.confirm.set()
+        _, second = await asyncio.wait_for(reload, 5)
+        assert second.startswith(b"v2.")
 
 
 # -- 4. a dead worker is started again ------------------------------------------------------------
