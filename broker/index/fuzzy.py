@@ -23,8 +23,12 @@ a bit per field holding it), ORed over the versions it was added with.
 
 Words made only of digits are left out (they are numbers: sizes, times, identifiers, a large
 and useless part of a vocabulary), as are words longer than ``MAX_LENGTH`` from the table. A
-look-up that one of these could answer returns None, and the caller asks the engine instead:
-every answer given here is complete.
+look-up that one of these could answer returns None, and the caller asks the engine instead.
+
+A near-word look-up gives at most a limit of words, the nearest (as Lucene's fuzzy queries,
+whose limit is 50): a word of four or five letters is within two edits of a hundred words or
+more of a large vocabulary, most of them short common ones, whose union is nearly every object
+and costs 10-15 ms to rank; the word meant is among the nearest.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ _MAX_CANDIDATES = 4096
 
 @dataclass(frozen=True, slots=True)
 class Expansion:
-    """The words a prefix or near-word look-up found (all of them, or None when there were
-    more than the limit), and the OR of the tags of every word it found."""
+    """The words a look-up found, in alphabetical order (a prefix's: all of them, or None when
+    there were more than the limit; a near word's: the nearest, up to the limit), and the OR
+    of the tags of every word given (of every word found when the words are None)."""
 
     words: tuple[str, ...] | None
     tags: int
@@ -213,9 +218,11 @@ class Vocabulary:
         return Expansion(tuple(found) if len(found) <= limit else None, tags)
 
     def near(self, word: str, errors: int, limit: int) -> Expansion | None:
-        """The words within ``errors`` edits of ``word``; None if a word left out of the table
-        could be one (a number, or a word over MAX_LENGTH), or if there are too many
-        candidates to check."""
+        """The ``limit`` words nearest to ``word`` within ``errors`` edits, in alphabetical
+        order: fewer edits first, then (as Lucene's fuzzy similarity, 1 - edits / length)
+        longer words, then alphabetical order. None if a word left out of the table could be
+        one (a number, or a word over MAX_LENGTH), or if there are too many candidates to
+        check."""
         if errors > MAX_ERRORS or len(word) + errors > MAX_LENGTH:
             return None
         # A word of digits alone is within k edits only of words with at most k other
@@ -241,8 +248,21 @@ class Vocabulary:
                         doubtful.add(candidate)
             if len(near) + len(doubtful) > _MAX_CANDIDATES:
                 return None
-        found = sorted(near.union(c for c in doubtful - near if within(word, c, errors)))
+        found = near.union(c for c in doubtful - near if within(word, c, errors))
+        if len(found) > limit:
+            found = set(sorted(found, key=lambda c: _closeness(word, c, errors))[:limit])
         tags = 0
         for c in found:
             tags |= self._tags[c]
-        return Expansion(tuple(found) if len(found) <= limit else None, tags)
+        return Expansion(tuple(sorted(found)), tags)
+
+
+def _closeness(word: str, candidate: str, errors: int) -> tuple[int, int, str]:
+    """How near ``candidate`` (within ``errors`` edits) is to ``word``: the smaller the nearer."""
+    if candidate == word:
+        edits = 0
+    elif errors > 1 and within(word, candidate, 1):
+        edits = 1
+    else:
+        edits = errors
+    return edits, -min(len(word), len(candidate)), candidate

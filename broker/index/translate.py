@@ -7,10 +7,10 @@ a term (to leave out fields that cannot match). Run it where the searcher is use
   the fields holding the term (BM25 sums over them, so a word in a short Title counts more
   than one in a long text). A word the analyzer splits (``e-mail``) is a phrase of its tokens.
 * ``Word`` with ``prefix`` or ``errors``: the words of the vocabulary (broker/index/fuzzy.py)
-  that start with it or lie within that many edits, as exact terms, ranked by BM25; when there
-  are more than ``PREFIX_LIMIT`` or ``NEAR_LIMIT`` of them, or the vocabulary is not up to
-  date, or cannot tell (numbers), tantivy's automaton queries instead: the same documents,
-  constant scores. With the vocabulary, only in the fields that hold one of the words.
+  that start with it, or the ``NEAR_LIMIT`` nearest that lie within that many edits, as exact
+  terms, ranked by BM25, only in the fields that hold one of them. When a prefix has more than
+  ``PREFIX_LIMIT`` words, or the vocabulary is not up to date, or cannot tell (numbers),
+  tantivy's automaton queries instead: every word, constant scores.
 * ``Phrase``: a phrase query (slop 0) on each field holding every token.
 * ``Compare``: a range query on ``update_time`` or ``file_size``; any other attribute has no
   numbers in the index, so a comparison with it matches nothing.
@@ -38,14 +38,15 @@ from broker.index.fuzzy import Expansion, Vocabulary
 from broker.index.schema import ALL_TARGETS, FILE_SIZE, NUMERIC, Analyzer, Target, target
 from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
 
-# How many exact terms a prefix or an approximate word may become before tantivy's automaton
-# query is asked instead. Measured on 100,000 records (bench/README.md): an automaton query
-# for a prefix is quicker than the disjunction of its words from about 8 words on (2.8 against
-# 7.6 ms for 100), so prefixes keep BM25 only while few; the automaton for two errors is slow
-# (13-18 ms over the fields of a bare word), so approximate words stay terms up to 128 (40
-# words: 4.9 ms).
+# How many exact terms a prefix may become before tantivy's automaton query is asked instead.
+# Measured on 100,000 records (bench/README.md): an automaton query for a prefix is quicker
+# than the disjunction of its words from about 8 words on (2.8 against 7.6 ms for 100), so
+# prefixes keep BM25 only while few.
 PREFIX_LIMIT = 16
-NEAR_LIMIT = 128
+# How many words an approximate word becomes at most: the nearest (Lucene's default). A word of
+# four or five letters is within two edits of 100-180 words of that vocabulary, nearly every
+# object holds one, and ranking them took 10-15 ms; with 50 words, p99 4.4 ms.
+NEAR_LIMIT = 50
 MIN_PATTERN_WORD = 3  # shorter literal words of a regex filter too little to be worth asking
 
 _U64 = 2**64 - 1

@@ -75,10 +75,33 @@ def test_near_word_examples() -> None:
     two = v.near("harvest", 2, 10)
     assert two is not None
     assert two.words == ("harvest", "harvests", "harvxst", "harxxst", "havrest")
-    over = v.near("harvest", 2, 4)
-    assert over is not None
-    assert over.words is None  # more than the limit: the caller falls back
-    assert over.tags == 1
+    # The four nearest: no edit, one, then of the two-edit words the longer (here, as long:
+    # the first in alphabetical order).
+    nearest = v.near("harvest", 2, 4)
+    assert nearest is not None
+    assert nearest.words == ("harvest", "harvests", "harvxst", "harxxst")
+
+
+def test_near_keeps_longer_words_first_at_the_same_distance() -> None:
+    v = Vocabulary().extended([("tree", 1), ("the", 2), ("to", 4), ("tread", 8), ("tee", 16)])
+    nearest = v.near("tree", 2, 3)
+    assert nearest is not None
+    # "tee": one edit; of the two-edit words "tread" (4 letters counted) before "the" (3).
+    assert nearest.words == ("tee", "tread", "tree")
+    assert nearest.tags == 1 | 8 | 16  # the tags of the words given only
+
+
+@settings(max_examples=300)
+@given(st.lists(WORDS, max_size=40), WORDS, st.integers(1, 2), st.integers(1, 6))
+def test_near_gives_the_nearest_words_up_to_the_limit(
+    words: list[str], query: str, errors: int, limit: int
+) -> None:
+    expansion = vocabulary(*words).near(query, errors, limit)
+    if expansion is None:
+        return  # a number could be near (the test above covers it)
+    candidates = {w for w in words if not w.isdigit() and levenshtein(query, w) <= errors}
+    ranked = sorted(candidates, key=lambda w: (levenshtein(query, w), -min(len(query), len(w)), w))
+    assert expansion.words == tuple(sorted(ranked[:limit]))
 
 
 def test_near_declines_what_the_table_leaves_out() -> None:

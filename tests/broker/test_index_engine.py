@@ -17,6 +17,7 @@ import pytest
 
 from broker.errors import EngineError
 from broker.index import IndexedObject, TantivyIndex, needs_verification
+from broker.index.translate import NEAR_LIMIT
 from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,6 +189,27 @@ async def test_approximate_words(
     assert await oids_of(index, Word("harvest", errors=2, attribute="Abstract")) == two
     assert await oids_of(index, Word("HARVEST", errors=1, attribute="abstract")) == one
     assert await oids_of(index, Word("gatherrr", errors=2, attribute="embed1-title")) == {"archive"}
+
+
+async def test_an_approximate_word_becomes_its_nearest_words_up_to_the_limit(
+    tmp_path: Path,
+) -> None:
+    # "tree", the 50 words one edit from it of the forms "tXee" and "treX", and "tread", two
+    # edits away.
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = [*sorted({f"t{c}ee" for c in letters} | {f"tre{c}" for c in letters}), "tread"]
+    assert len(words) == NEAR_LIMIT + 2
+    async with await TantivyIndex.open(tmp_path / "index") as index:
+        await index.add([obj(word, ("Title", f"about {word}")) for word in words])
+        await index.commit()
+        await index.refresh_vocabulary()
+        results = await index.search(Word("tree", errors=2), limit=100)
+        found = {hit.oid for hit in results.hits}
+        assert results.total == len(found) == NEAR_LIMIT
+        # The word itself, then the one-edit words (the first 49 in alphabetical order).
+        assert "tree" in found
+        assert "tread" not in found
+        assert found == {"tree", *sorted(set(words) - {"tree", "tread"})[: NEAR_LIMIT - 1]}
 
 
 async def test_approximate_results_are_ranked_once_the_vocabulary_is_current(
