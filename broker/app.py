@@ -121,6 +121,9 @@ class Broker(Owned):
         self.index = await stack.enter_async_context(await TantivyIndex.open(directory / INDEX_DIR))
         self.sync = IndexSync(self.registry, self.index)
         self.searcher = Searcher(self.registry, self.index)
+        if self.index.created:
+            rebuilt = await self.sync.rebuild()
+            log.info("index created: %d objects added from the registry", rebuilt)
         # A crash after a pull but before the index caught up leaves a backlog: apply it.
         await self.sync.catch_up()
         listen = self.config.broker.listen

@@ -58,6 +58,11 @@ class Results:
 class Index(Protocol):
     """A full-text index of summary objects, keyed by ``oid``."""
 
+    @property
+    def created(self) -> bool:
+        """Whether the index was created empty when opened (there was none, or one the engine
+        could not use): the caller fills it from the registry."""
+
     async def add(self, objects: Sequence[IndexedObject]) -> None:
         """Add objects, replacing any with the same oid (visible after ``commit``)."""
 

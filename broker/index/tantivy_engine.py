@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,6 +49,8 @@ SEARCH_THREADS = 2
 
 # What tantivy raises for bad input, missing files or a schema that does not match.
 _ENGINE_ERRORS = (ValueError, OSError, RuntimeError)
+# How tantivy says that an index exists with other fields (its only report of it).
+_LAYOUT_MISMATCH = "schema does not match"
 
 
 class _Engine:
@@ -57,7 +60,18 @@ class _Engine:
     def __init__(self, directory: Path, heap_bytes: int, threads: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.schema = schema.build_schema()
-        self.index = tantivy.Index(self.schema, path=str(directory), reuse=True)
+        self.created = not tantivy.Index.exists(str(directory))
+        try:
+            self.index = tantivy.Index(self.schema, path=str(directory), reuse=True)
+        except ValueError as error:
+            # Made with another layout (an older broker's): the registry can fill a new one.
+            if _LAYOUT_MISMATCH not in str(error):
+                raise
+            log.warning("the index in %s has another layout: starting a new one", directory)
+            shutil.rmtree(directory)
+            directory.mkdir()
+            self.created = True
+            self.index = tantivy.Index(self.schema, path=str(directory))
         # Reload only when this process commits: no file watching, no surprise reloads.
         self.index.config_reader(reload_policy="manual")
         self.writer: tantivy.IndexWriter | None = self.index.writer(heap_bytes, threads)
@@ -189,6 +203,12 @@ class TantivyIndex:
             writer.shutdown(wait=False)
             raise
         return cls(engine, writer)
+
+    @property
+    def created(self) -> bool:
+        """Whether the index was created empty when opened: there was none, or one of another
+        layout, which was discarded."""
+        return self._engine.created
 
     async def __aenter__(self) -> Self:
         return self

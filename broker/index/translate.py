@@ -35,7 +35,15 @@ from typing import Any
 import tantivy
 
 from broker.index.fuzzy import Expansion, Vocabulary
-from broker.index.schema import ALL_TARGETS, FILE_SIZE, NUMERIC, Analyzer, Target, target
+from broker.index.schema import (
+    ALL_TARGETS,
+    BODY_KIND,
+    FILE_SIZE,
+    NUMERIC,
+    Analyzer,
+    Target,
+    targets_of,
+)
 from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
 
 # How many exact terms a prefix may become before tantivy's automaton query is asked instead.
@@ -96,7 +104,8 @@ def needs_verification(node: Node) -> bool:
                 return True
             if (node.errors or node.prefix) and len(_WORD_PARTS.findall(node.text)) > 1:
                 return bool(node.errors) or (
-                    node.attribute is not None and target(node.attribute).is_json
+                    node.attribute is not None
+                    and any(t.is_json for t in targets_of(node.attribute))
                 )
             return False
         case Phrase():
@@ -183,9 +192,18 @@ class _Translator:
             return self.near(token, node.errors, targets)
         if node.prefix:
             return self.prefixed(token, targets)
-        return _any(
-            [_Q.term_query(self.schema, t.field, token) for t in self.holding(token, targets)]
-        )
+        return _any([self.term(t, token) for t in self.holding(token, targets)])
+
+    def term(self, target: Target, token: str) -> tantivy.Query:
+        return self.within(target, _Q.term_query(self.schema, target.field, token))
+
+    def within(self, target: Target, query: tantivy.Query) -> tantivy.Query:
+        """``query`` on ``target``'s field, restricted to its kind of running text if it has
+        one (a filter that adds nothing to the score)."""
+        if target.kind is None:
+            return query
+        kind = _Q.const_score_query(_Q.term_query(self.schema, BODY_KIND, target.kind), 0.0)
+        return _Q.boolean_query([(_MUST, query), (_MUST, kind)])
 
     def holding(self, token: str, targets: Sequence[Target]) -> list[Target]:
         """The targets whose field has ``token`` (asking the searcher costs microseconds; a
@@ -198,15 +216,10 @@ class _Translator:
         if not tokens:
             return _Q.empty_query()
         if len(tokens) == 1:
-            return _any(
-                [
-                    _Q.term_query(self.schema, t.field, tokens[0])
-                    for t in self.holding(tokens[0], targets)
-                ]
-            )
+            return _any([self.term(t, tokens[0]) for t in self.holding(tokens[0], targets)])
         holding = [t for t in targets if all(self.searcher.doc_freq(t.field, w) for w in tokens)]
         words: list[str | tuple[int, str]] = list(tokens)
-        return _any([_Q.phrase_query(self.schema, t.field, words) for t in holding])
+        return _any([self.within(t, _Q.phrase_query(self.schema, t.field, words)) for t in holding])
 
     def phrase_prefix(self, tokens: list[str], targets: Sequence[Target]) -> tantivy.Query:
         # The last token is a prefix. A regex phrase is exact (up to 16,384 expansions) but
@@ -216,7 +229,7 @@ class _Translator:
         for t in targets:
             if not t.is_json:
                 words: list[str | tuple[int, str]] = [*head, re.escape(last) + ".*"]
-                clauses.append(_Q.regex_phrase_query(self.schema, t.field, words))
+                clauses.append(self.within(t, _Q.regex_phrase_query(self.schema, t.field, words)))
             else:
                 clauses.append(
                     _Q.boolean_query(
@@ -257,7 +270,7 @@ class _Translator:
             return _any([automaton(t) for t in targets])
         return _any(
             [
-                _Q.term_query(self.schema, t.field, word)
+                self.term(t, word)
                 for word in expansion.words
                 for t in targets
                 if vocabulary.tags(word) & t.bit
@@ -265,9 +278,10 @@ class _Translator:
         )
 
     def automaton(self, target: Target, token: str, errors: int, prefix: bool) -> tantivy.Query:
-        return _Q.fuzzy_term_query(
+        query = _Q.fuzzy_term_query(
             self.schema, target.field, token, errors, transposition_cost_one=False, prefix=prefix
         )
+        return self.within(target, query)
 
     # -- patterns and comparisons --------------------------------------------------------------
 
@@ -276,12 +290,7 @@ class _Translator:
         clauses = []
         for token, whole in _pattern_words(node.regex, self.analyzer):
             if whole:
-                term = _any(
-                    [
-                        _Q.term_query(self.schema, t.field, token)
-                        for t in self.holding(token, targets)
-                    ]
-                )
+                term = _any([self.term(t, token) for t in self.holding(token, targets)])
             else:
                 term = self.prefixed(token, targets)
             clauses.append((_MUST, term))
@@ -329,7 +338,7 @@ class _Translator:
 
 
 def _targets(attribute: str | None) -> Sequence[Target]:
-    return ALL_TARGETS if attribute is None else (target(attribute),)
+    return ALL_TARGETS if attribute is None else targets_of(attribute)
 
 
 def _any(queries: list[tantivy.Query]) -> tantivy.Query:

@@ -5,6 +5,7 @@ export service."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -13,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import tantivy
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.app import Broker
@@ -185,6 +187,30 @@ async def test_pages_cover_every_result_once(
         assert (answer["total"], answer["offset"], answer["limit"]) == (25, offset, 10)
         seen += [r["url"] for r in answer["results"]]
     assert sorted(seen) == sorted(f"http://p.example/{i}" for i in range(25))
+
+
+@pytest.mark.parametrize("damage", ["removed", "other layout"])
+async def test_a_missing_or_foreign_index_is_rebuilt_from_the_registry_at_start(
+    tmp_path: Path, damage: str
+) -> None:
+    data = tmp_path / "b"
+    async with running(data) as broker:
+        await load(broker, "c1", [make(f"http://r.example/{i}", f"kept {i}") for i in range(3)])
+    index = data / "index"
+    shutil.rmtree(index)
+    if damage == "other layout":
+        index.mkdir()
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field("title", stored=True)
+        other = tantivy.Index(builder.build(), path=str(index))
+        writer = other.writer(15_000_000, 1)
+        writer.add_document(tantivy.Document(title="a foreign object"))
+        writer.commit()
+        writer.wait_merging_threads()
+    async with running(data) as broker:
+        found = await broker.searcher.search("kept", limit=10)
+        assert found.total == 3
+        assert await broker.index.count() == 3
 
 
 async def test_the_limit_is_capped_by_max_results(

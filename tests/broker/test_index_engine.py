@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import tantivy
 
 from broker.errors import EngineError
 from broker.index import IndexedObject, TantivyIndex, needs_verification
@@ -153,6 +155,42 @@ async def test_phrase_needs_the_words_together_in_order(index: TantivyIndex) -> 
     # Attribute values are not one text: a phrase does not run from one into the next.
     assert await oids_of(index, Phrase(("member", "notes"))) == {"archive"}
     assert await oids_of(index, Phrase(("notes", "readme"))) == set()
+
+
+RUNNING_TEXT = [
+    obj("html", ("Title", "Birds"), ("Abstract", "kestrel falcon notes")),
+    obj("text", ("Partial-Text", "merlin falcon notes")),
+    # Two attributes of running text: each keeps a field of its own.
+    obj("mixed", ("Abstract", "merlin summary"), ("Full-Text", "merlin summary, then kestrel")),
+]
+
+
+@pytest.mark.parametrize("refreshed", [True, False], ids=["vocabulary", "automaton"])
+async def test_running_text_attributes_are_told_apart(
+    tmp_path: Path, refreshed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await TantivyIndex.open(tmp_path / "index") as index:
+        await index.add(RUNNING_TEXT)
+        await index.commit()
+        if refreshed:
+            await index.refresh_vocabulary()
+        else:
+            use_automata(index, monkeypatch)
+        assert await oids_of(index, Word("kestrel")) == {"html", "mixed"}
+        assert await oids_of(index, Word("kestrel", attribute="Abstract")) == {"html"}
+        assert await oids_of(index, Word("kestrel", attribute="full-text")) == {"mixed"}
+        assert await oids_of(index, Word("kestrel", attribute="Partial-Text")) == set()
+        assert await oids_of(index, Word("merlin", attribute="Partial-Text")) == {"text"}
+        assert await oids_of(index, Word("merlin", attribute="Abstract")) == {"mixed"}
+        assert await oids_of(index, Phrase(("falcon", "notes"), attribute="Abstract")) == {"html"}
+        assert await oids_of(index, Phrase(("merlin", "falcon"), attribute="Abstract")) == set()
+        assert await oids_of(index, Word("kestr", prefix=True, attribute="Abstract")) == {"html"}
+        assert await oids_of(index, Word("kestr", prefix=True, attribute="Text")) == set()
+        assert await oids_of(index, Word("merlim", errors=1, attribute="partial-text")) == {"text"}
+        assert await oids_of(index, Word("kestrl", errors=1, attribute="Full-Text")) == {"mixed"}
+        assert await oids_of(index, Word("kestrl", errors=1)) == {"html", "mixed"}
+        # An attribute called "body" is not the shared field.
+        assert await oids_of(index, Word("falcon", attribute="Body")) == set()
 
 
 @pytest.mark.parametrize("refreshed", [True, False], ids=["vocabulary", "automaton"])
@@ -538,3 +576,37 @@ async def test_an_index_killed_while_writing_opens_with_its_last_commit(tmp_path
         await index.add([obj("after", ("Title", "survivor"))])
         await index.commit()
         assert await index.count() == count + 1
+
+
+async def test_an_index_of_another_layout_is_replaced_by_an_empty_one(tmp_path: Path) -> None:
+    directory = tmp_path / "index"
+    async with await TantivyIndex.open(directory) as index:
+        assert index.created
+        await index.add(OBJECTS[:2])
+        await index.commit()
+    async with await TantivyIndex.open(directory) as index:
+        assert not index.created
+        assert await index.count() == 2
+    shutil.rmtree(directory)
+    directory.mkdir()
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("title", stored=True)
+    writer = tantivy.Index(builder.build(), path=str(directory)).writer(15_000_000, 1)
+    writer.add_document(tantivy.Document(title="an object of another layout"))
+    writer.commit()
+    writer.wait_merging_threads()
+    async with await TantivyIndex.open(directory) as index:
+        assert index.created
+        assert await index.count() == 0
+        await index.add(OBJECTS[:1])
+        await index.commit()
+        assert await oids_of(index, Word("cache", attribute="Title")) == {"cache-design"}
+
+
+async def test_an_unreadable_index_is_an_engine_error_not_replaced(tmp_path: Path) -> None:
+    directory = tmp_path / "index"
+    directory.mkdir()
+    (directory / "meta.json").write_text("{not json")
+    with pytest.raises(EngineError):
+        await TantivyIndex.open(directory)
+    assert (directory / "meta.json").read_text() == "{not json"
