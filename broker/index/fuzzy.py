@@ -25,8 +25,8 @@ Words made only of digits are left out (they are numbers: sizes, times, identifi
 and useless part of a vocabulary), as are words longer than ``MAX_LENGTH`` from the table. A
 look-up that one of these could answer returns None, and the caller asks the engine instead.
 
-A near-word look-up gives at most a limit of words, the nearest (as Lucene's fuzzy queries,
-whose limit is 50): a word of four or five letters is within two edits of a hundred words or
+A near-word look-up gives at most a limit of words, the nearest (as Lucene's fuzzy queries
+do): a word of four or five letters is within two edits of a hundred words or
 more of a large vocabulary, most of them short common ones, whose union is nearly every object
 and costs 10-15 ms to rank; the word meant is among the nearest.
 """

@@ -51,10 +51,11 @@ from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
 # than the disjunction of its words from about 8 words on (2.8 against 7.6 ms for 100), so
 # prefixes keep BM25 only while few.
 PREFIX_LIMIT = 16
-# How many words an approximate word becomes at most: the nearest (Lucene's default). A word of
-# four or five letters is within two edits of 100-180 words of that vocabulary, nearly every
-# object holds one, and ranking them took 10-15 ms; with 50 words, p99 4.4 ms.
-NEAR_LIMIT = 50
+# How many words an approximate word becomes at most: the nearest (as Lucene's fuzzy queries,
+# whose default is 50). A word of four or five letters is within two edits of 100-180 words of
+# the 100,000 records' vocabulary, nearly every object holds one, and ranking them took 10-15
+# ms; p99 of ~2 with at most 32 words 3.1 ms, 48 4.4, 64 5.3 (bench/README.md).
+NEAR_LIMIT = 40
 MIN_PATTERN_WORD = 3  # shorter literal words of a regex filter too little to be worth asking
 
 _U64 = 2**64 - 1
