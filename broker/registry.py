@@ -126,7 +126,8 @@ class Change:
     """One entry of the change sequence: the object as it now is (``upsert``, with its
     record; ``refresh`` when only its expiry changed after the seq asked from), or its
     removal (``remove``, no record). ``url`` and ``gatherer`` are the
-    object's, for an index or replica that needs them without the record."""
+    object's, for an index or replica that needs them without the record; ``update_time``
+    is as in ``Stored`` (None for a removal)."""
 
     seq: int
     oid: str
@@ -135,6 +136,7 @@ class Change:
     record: Record | None
     url: str
     gatherer: str
+    update_time: float | None = None
 
     def __repr__(self) -> str:
         return f"Change({self.seq} {self.kind} {self.oid} {self.url!r} in {self.collection!r})"
@@ -274,9 +276,9 @@ def _stored(row: tuple[Any, ...]) -> Stored:
 
 
 def _change(row: tuple[Any, ...]) -> Change:
-    seq, key, kind, collection, url, gatherer, blob = row
+    seq, key, kind, collection, url, gatherer, blob, update_time = row
     record = None if blob is None else _load(key, blob)
-    return Change(seq, key, kind, collection, record, url, gatherer)
+    return Change(seq, key, kind, collection, record, url, gatherer, update_time)
 
 
 class _Sequence:

@@ -243,11 +243,11 @@ OBJECTS_BY_URL = _OBJECT + " WHERE o.url = ? ORDER BY o.collection, o.gatherer"
 # An object whose record did not change after :after (it was refreshed) is a 'refresh'.
 CHANGES = """
 SELECT o.seq, o.oid, iif(o.record_seq > :after, 'upsert', 'refresh'), o.collection, o.url,
-       o.gatherer, r.soif
+       o.gatherer, r.soif, o.update_time
   FROM objects o JOIN records r ON r.id = o.record
  WHERE o.seq > :after
 UNION ALL
-SELECT t.seq, t.oid, 'remove', t.collection, t.url, t.gatherer, NULL
+SELECT t.seq, t.oid, 'remove', t.collection, t.url, t.gatherer, NULL, NULL
   FROM tombstones t
  WHERE t.seq > :after
 ORDER BY 1

@@ -213,6 +213,32 @@ async def test_a_missing_or_foreign_index_is_rebuilt_from_the_registry_at_start(
         assert await broker.index.count() == 3
 
 
+async def test_update_time_and_file_size_compare_after_the_index_catches_up(
+    broker: Broker, session: aiohttp.ClientSession
+) -> None:
+    await load(
+        broker,
+        "c1",
+        [
+            make("http://t.example/old", "dated", Update_Time="788918400", File_Size="10"),
+            make("http://t.example/new", "dated", Update_Time="1793491200.5", File_Size="2000"),
+            make("http://t.example/none", "dated"),
+        ],
+    )
+
+    async def urls(query: str) -> set[str]:
+        answer = await get_json(session, f"{url_of(broker)}/api/search", params={"q": query})
+        return {result["url"] for result in answer["results"]}
+
+    assert await urls("dated AND Update-Time >= 2026-11-01") == {"http://t.example/new"}
+    assert await urls("dated AND Update-Time < 2000-01-01") == {"http://t.example/old"}
+    assert await urls("dated AND File-Size > 100") == {"http://t.example/new"}
+    assert await urls("dated AND NOT File-Size > 100") == {
+        "http://t.example/old",
+        "http://t.example/none",
+    }
+
+
 async def test_the_limit_is_capped_by_max_results(
     broker: Broker, session: aiohttp.ClientSession
 ) -> None:

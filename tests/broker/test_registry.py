@@ -526,7 +526,7 @@ async def test_a_pull_killed_mid_stream_applies_nothing_and_is_dropped_at_open(
 async def test_changes_since_reports_the_current_state_in_seq_order(registry: Registry) -> None:
     await pull(registry, "g", [rec("http://a/"), rec("http://b/"), rec("http://c/")])  # 1 2 3
     await pull(registry, "g", [Delete(wrapper("http://b/"))])  # 4
-    await pull(registry, "g", [rec("http://a/", "again")])  # 5: a moves to the end
+    await pull(registry, "g", [rec("http://a/", "again", update_time="1700000000.5")])  # 5
     await pull(registry, "g", [rec("http://d/")])  # 6
 
     changes = await everything(registry)
@@ -537,8 +537,10 @@ async def test_changes_since_reports_the_current_state_in_seq_order(registry: Re
         (5, "upsert", "http://a/"),
         (6, "upsert", "http://d/"),
     ]
-    assert changes[2].record == rec("http://a/", "again")
+    assert changes[2].record == rec("http://a/", "again", update_time="1700000000.5")
     assert (changes[2].collection, changes[2].gatherer) == ("g", G)
+    # The object's Update-Time, as the registry holds it (an index needs nothing more).
+    assert [c.update_time for c in changes] == [None, None, 1700000000.5, None]
     assert summary(await registry.changes_since(4, limit=10)) == [
         ("upsert", "http://a/"),
         ("upsert", "http://d/"),

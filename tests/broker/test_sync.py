@@ -29,6 +29,10 @@ class Watched:
         self.adds = 0
         self._fail_at_add = fail_at_add
 
+    @property
+    def created(self) -> bool:
+        return self.index.created
+
     async def add(self, objects: Sequence[IndexedObject]) -> None:
         self.adds += 1
         if self.adds == self._fail_at_add:
