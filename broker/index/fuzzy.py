@@ -26,9 +26,9 @@ and useless part of a vocabulary), as are words longer than ``MAX_LENGTH`` from 
 look-up that one of these could answer returns None, and the caller asks the engine instead.
 
 A near-word look-up gives at most a limit of words, the nearest (as Lucene's fuzzy queries
-do): a word of four or five letters is within two edits of a hundred words or
-more of a large vocabulary, most of them short common ones, whose union is nearly every object
-and costs 10-15 ms to rank; the word meant is among the nearest.
+do): a word of four or five letters is within two edits of a hundred words or more of a large
+vocabulary, most of them short common ones, whose union is nearly every object and costs
+10-15 ms to rank; the word meant is among the nearest.
 """
 
 from __future__ import annotations
@@ -218,11 +218,11 @@ class Vocabulary:
         return Expansion(tuple(found) if len(found) <= limit else None, tags)
 
     def near(self, word: str, errors: int, limit: int) -> Expansion | None:
-        """The ``limit`` words nearest to ``word`` within ``errors`` edits, in alphabetical
-        order: fewer edits first, then (as Lucene's fuzzy similarity, 1 - edits / length)
-        longer words, then alphabetical order. None if a word left out of the table could be
-        one (a number, or a word over MAX_LENGTH), or if there are too many candidates to
-        check."""
+        """The words within ``errors`` edits of ``word``, in alphabetical order; past
+        ``limit`` of them, the nearest: fewer edits first, then longer words (as Lucene's
+        similarity, 1 - edits / length), then alphabetical order. None if a word left out of
+        the table could be one (a number, or a word over MAX_LENGTH), or if there are too
+        many candidates to check."""
         if errors > MAX_ERRORS or len(word) + errors > MAX_LENGTH:
             return None
         # A word of digits alone is within k edits only of words with at most k other
