@@ -122,8 +122,11 @@ class Broker(Owned):
         self.sync = IndexSync(self.registry, self.index)
         self.searcher = Searcher(self.registry, self.index)
         if self.index.created:
+            # Before listening: searches would otherwise miss what is not added yet.
+            log.info("index created empty: adding every object of the registry")
+            began = time.monotonic()
             rebuilt = await self.sync.rebuild()
-            log.info("index created: %d objects added from the registry", rebuilt)
+            log.info("index filled: %d objects in %.1f s", rebuilt, time.monotonic() - began)
         # A crash after a pull but before the index caught up leaves a backlog: apply it.
         await self.sync.catch_up()
         listen = self.config.broker.listen
