@@ -34,8 +34,14 @@ class Reconciled:
 
 
 def attributes_text(record: Record) -> tuple[tuple[str, str], ...]:
-    """A record's attributes as text, as the index and the matcher read them."""
-    return tuple((name, value.decode("utf-8", "replace")) for name, value in record.attributes)
+    """A record's attributes as text, as the index, the matcher and snippets read them, and
+    its URL as the attribute ``URL`` (``URL: /edu/``, or a host name as a bare word, finds
+    objects by where they are), last: a result shows its URL anyway, so a snippet of it comes
+    only after those of the content."""
+    return (
+        *((name, value.decode("utf-8", "replace")) for name, value in record.attributes),
+        ("URL", record.url),
+    )
 
 
 def indexed(found: Stored | Change) -> IndexedObject:

@@ -35,7 +35,6 @@ import tantivy
 from broker.index.interface import IndexedObject
 
 OID: Final = "oid"
-URL: Final = "url"
 GATHERER: Final = "gatherer"
 TEMPLATE: Final = "template"
 UPDATE_TIME: Final = "update_time"
@@ -48,10 +47,12 @@ BODY_KIND: Final = "body_kind"
 # The attributes of running text, which share ``body`` when an object has only one of them.
 RUNNING_TEXT: Final = frozenset({"abstract", "partial-text", "full-text", "text"})
 
-# The attributes the gatherer writes on every record (gatherer/records.py) and those of its
+# The object's URL (the attribute ``URL`` the broker gives every object, broker/sync.py), the
+# attributes the gatherer writes on every record (gatherer/records.py) and those of its
 # Essence summarizers that are common or large. A bare word asks each field whether it holds
 # the term, so a field nobody uses still costs a little.
 DEDICATED: Final = (
+    "url",
     "type",
     "file-size",
     "md5",
@@ -95,7 +96,7 @@ MAX_TOKEN_BYTES: Final = 40
 def build_schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(OID, stored=True, tokenizer_name="raw", index_option="basic")
-    for name in (URL, GATHERER, TEMPLATE, BODY_KIND):
+    for name in (GATHERER, TEMPLATE, BODY_KIND):
         builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
     builder.add_float_field(UPDATE_TIME, indexed=True, fast=True)
     builder.add_unsigned_field(FILE_SIZE, indexed=True, fast=True)
@@ -179,7 +180,6 @@ def document(obj: IndexedObject, layout: tantivy.Schema) -> tantivy.Document:
         into.setdefault(name, []).append(value)
     doc: dict[str, object] = {
         OID: obj.oid,
-        URL: obj.url,
         GATHERER: obj.gatherer,
         TEMPLATE: obj.template,
     }

@@ -239,6 +239,37 @@ async def test_update_time_and_file_size_compare_after_the_index_catches_up(
     }
 
 
+async def test_objects_are_found_by_their_urls(
+    broker: Broker, session: aiohttp.ClientSession
+) -> None:
+    await load(
+        broker,
+        "c1",
+        [
+            make("http://www.cs.colorado.edu/harvest/", "Harvest home", Abstract="a system"),
+            make("http://www.example.com/colorado/", "Elsewhere"),
+            make("http://www.example.com/other/", "Colorado in the title"),
+        ],
+    )
+
+    async def found(query: str) -> list[dict[str, Any]]:
+        answer = await get_json(session, f"{url_of(broker)}/api/search", params={"q": query})
+        results: list[dict[str, Any]] = answer["results"]
+        return results
+
+    edu = "http://www.cs.colorado.edu/harvest/"
+    assert {r["url"] for r in await found(r"URL: /\.edu\//")} == {edu}
+    assert {r["url"] for r in await found('URL: "cs.colorado.edu"')} == {edu}
+    assert {r["url"] for r in await found("URL: colorado")} == {
+        edu,
+        "http://www.example.com/colorado/",
+    }
+    assert len(await found("colorado")) == 3  # a bare word searches the URL too
+    # The URL's snippet comes after the content's.
+    (home,) = await found("harvest")
+    assert [s["attribute"] for s in home["snippets"]] == ["Title", "URL"]
+
+
 async def test_the_limit_is_capped_by_max_results(
     broker: Broker, session: aiohttp.ClientSession
 ) -> None:

@@ -105,6 +105,20 @@ async def test_the_export_is_compressed_as_the_client_accepts(
     assert items == records
 
 
+async def test_an_export_can_be_filtered_by_the_objects_urls(
+    broker: Broker, session: aiohttp.ClientSession
+) -> None:
+    edu = make("http://www.cs.colorado.edu/harvest/", "home")
+    com = make("http://www.example.com/colorado/", "elsewhere")
+    await load(broker, "c1", [edu, com])
+    _, items = await bulk(session, broker, query=r"URL: /\.edu\//")
+    assert urls(items) == [edu.url]
+    _, items = await bulk(session, broker, query="URL: colorado")
+    assert urls(items) == [edu.url, com.url]
+    _, items = await bulk(session, broker, query='URL: "cs.colorado.edu"')
+    assert urls(items) == [edu.url]
+
+
 async def test_an_incremental_export_holds_exactly_the_changes_since(
     broker: Broker, session: aiohttp.ClientSession
 ) -> None:
