@@ -43,6 +43,7 @@ from run import core_seconds  # noqa: E402
 
 from broker.index import IndexedObject, TantivyIndex  # noqa: E402
 from broker.query.ast import And, Node, Not, Or, Phrase, Word  # noqa: E402
+from broker.sync import attributes_text  # noqa: E402
 from gatherer.soif import Record, encode  # noqa: E402
 
 OUTPUT = BENCH / "results" / "broker_index.json"
@@ -209,9 +210,7 @@ class Corpus:
 
 def indexed(record: Record, gatherer: str) -> IndexedObject:
     """The object the broker would hand the index for ``record``."""
-    attributes = tuple(
-        (name, value.decode("utf-8", "replace")) for name, value in record.attributes
-    )
+    attributes = attributes_text(record)
     values = dict(attributes)
     return IndexedObject(
         oid=hashlib.blake2b(f"{gatherer}\n{record.url}".encode(), digest_size=12).hexdigest(),
