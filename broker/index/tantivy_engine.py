@@ -20,6 +20,7 @@ ones (bench/README.md, "Broker index").
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import shutil
 from collections.abc import Callable, Sequence
@@ -51,6 +52,7 @@ SEARCH_THREADS = 2
 _ENGINE_ERRORS = (ValueError, OSError, RuntimeError)
 # How tantivy says that an index exists with other fields (its only report of it).
 _LAYOUT_MISMATCH = "schema does not match"
+_WRITER_LOCK = ".tantivy-writer.lock"
 
 
 class _Engine:
@@ -67,9 +69,8 @@ class _Engine:
             # Made with another layout (an older broker's): the registry can fill a new one.
             if _LAYOUT_MISMATCH not in str(error):
                 raise
-            log.warning("the index in %s has another layout: starting a new one", directory)
-            shutil.rmtree(directory)
-            directory.mkdir()
+            _discard(directory)
+            log.warning("the index in %s had another layout: starting a new one", directory)
             self.created = True
             self.index = tantivy.Index(self.schema, path=str(directory))
         # Reload only when this process commits: no file watching, no surprise reloads.
@@ -165,6 +166,20 @@ class _Engine:
 
     def count(self) -> int:
         return self.current[1].num_docs
+
+
+def _discard(directory: Path) -> None:
+    """Remove the index in ``directory`` and leave the directory empty, unless another process
+    (a running broker) writes to it: tantivy's writer holds an flock on its lock file."""
+    with (directory / _WRITER_LOCK).open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EngineError(
+                f"the index in {directory} has another layout, and another process is using it"
+            ) from None
+        shutil.rmtree(directory)
+    directory.mkdir()
 
 
 def _oid(searcher: tantivy.Searcher, address: tantivy.DocAddress) -> str:

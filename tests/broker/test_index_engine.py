@@ -594,7 +594,11 @@ async def test_an_index_of_another_layout_is_replaced_by_an_empty_one(tmp_path: 
     writer = tantivy.Index(builder.build(), path=str(directory)).writer(15_000_000, 1)
     writer.add_document(tantivy.Document(title="an object of another layout"))
     writer.commit()
-    writer.wait_merging_threads()
+    # While another writer (another broker) holds it, the index is left alone.
+    with pytest.raises(EngineError, match="another process"):
+        await TantivyIndex.open(directory)
+    assert (directory / "meta.json").exists()
+    writer.wait_merging_threads()  # ends the writer and its lock
     async with await TantivyIndex.open(directory) as index:
         assert index.created
         assert await index.count() == 0
