@@ -121,14 +121,8 @@ class Broker(Owned):
         self.index = await stack.enter_async_context(await TantivyIndex.open(directory / INDEX_DIR))
         self.sync = IndexSync(self.registry, self.index)
         self.searcher = Searcher(self.registry, self.index)
-        if self.index.created:
-            # Before listening: searches would otherwise miss what is not added yet.
-            log.info("index created empty: adding every object of the registry")
-            began = time.monotonic()
-            rebuilt = await self.sync.rebuild()
-            log.info("index filled: %d objects in %.1f s", rebuilt, time.monotonic() - began)
-        # A crash after a pull but before the index caught up leaves a backlog: apply it.
-        await self.sync.catch_up()
+        # Before listening: searches would otherwise miss what is not in the index yet.
+        await self.sync.after_opening()
         listen = self.config.broker.listen
         self.address = await stack.enter_async_context(
             listening(make_app(self), listen.host, listen.port)

@@ -355,6 +355,8 @@ async def _collect_offline(config: Config, names: list[str], full: bool) -> int:
     except BrokerError as error:
         raise BrokerError(f"{error} (is the broker running? stop it, or collect online)") from None
     async with index, await Registry.open(directory / REGISTRY_FILE) as registry:
+        sync = IndexSync(registry, index)
+        await sync.after_opening()
         async with Collector(config.broker, registry) as collector:
             for name in wanted:
                 collection = config.collection(name)
@@ -379,7 +381,7 @@ async def _collect_offline(config: Config, names: list[str], full: bool) -> int:
                         },
                     )
                 )
-        await IndexSync(registry, index).catch_up()
+        await sync.catch_up()
     return 1 if failed else 0
 
 

@@ -14,12 +14,16 @@ segments (173 MB) and 6-10 ms (bench/README.md, "Broker index").
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.index.interface import Index, IndexedObject
 from broker.registry import Change, Registry, Stored
 from gatherer.soif import Record
+
+log = logging.getLogger(__name__)
 
 BATCH = 1000  # changes read from the registry at a time
 COMMIT_EVERY = 20_000  # changes applied between two index commits, at most
@@ -70,6 +74,16 @@ class IndexSync:
         self._registry = registry
         self._index = index
         self._commit_every = commit_every
+
+    async def after_opening(self) -> None:
+        """Bring a just-opened index up to the registry: a new one (there was none, or one of
+        another layout) gets every object; then the backlog a crash may have left is applied."""
+        if self._index.created:
+            log.info("index created empty: adding every object of the registry")
+            began = time.monotonic()
+            added = await self.rebuild()
+            log.info("index filled: %d objects in %.1f s", added, time.monotonic() - began)
+        await self.catch_up()
 
     async def catch_up(self) -> int:
         """Apply every change the index has not seen; returns how many were applied. The

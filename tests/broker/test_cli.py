@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from broker.app import Broker
 from broker.cli import _terminal
 from broker.config import from_mapping
 from broker.hsr import COLLECTION, registered
+from broker.index import TantivyIndex
 from broker.oid import oid
 from gatherer.database import GathererDatabase
 from tests.broker.test_api import TOKEN, get_json, make, put, running, url_of
@@ -171,6 +173,13 @@ async def test_collect_offline_pulls_into_the_data_directory(tmp_path: Path) -> 
             assert status == 1
             assert "is the broker running?" in err
             assert await broker.registry.count() == 3
+        # An offline collect into a data directory whose index is gone fills a new one.
+        shutil.rmtree(data / "index")
+        status, _, err = await cli("collect", "--offline", "-c", str(config))
+        assert status == 0, err
+        async with await TantivyIndex.open(data / "index") as index:
+            assert not index.created
+            assert await index.count() == 3  # every object, not only the (no) new changes
 
 
 async def test_collect_reports_a_wrong_token_and_an_unreachable_broker(tmp_path: Path) -> None:

@@ -105,3 +105,21 @@ async def test_what_a_failure_interrupts_is_applied_again_and_nothing_is_lost(
     assert await registry.indexed_seq() == RECORDS
     assert await index.count() == RECORDS
     assert await index.oids() == await registry.oids()
+
+
+async def test_a_new_index_gets_every_object_after_opening(
+    registry: Registry, tmp_path: Path
+) -> None:
+    # The registry's mark says that everything was indexed, but the index is a new one.
+    await registry.mark_indexed(await registry.last_seq())
+    async with await TantivyIndex.open(tmp_path / "new") as opened:
+        index = Watched(opened)
+        assert index.created
+        await IndexSync(registry, index).after_opening()
+        assert await index.count() == RECORDS
+    async with await TantivyIndex.open(tmp_path / "new") as opened:
+        index = Watched(opened)
+        assert not index.created
+        await IndexSync(registry, index).after_opening()
+        assert index.adds == 0  # an index that was there only catches up (nothing to do)
+        assert await index.count() == RECORDS
