@@ -215,8 +215,6 @@ def indexed(record: Record, gatherer: str) -> IndexedObject:
     return IndexedObject(
         oid=hashlib.blake2b(f"{gatherer}\n{record.url}".encode(), digest_size=12).hexdigest(),
         url=record.url,
-        gatherer=gatherer,
-        template=record.template,
         attributes=attributes,
         update_time=float(values["Update-Time"]),
         file_size=int(values["File-Size"]),

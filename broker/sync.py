@@ -57,8 +57,6 @@ def indexed(found: Stored | Change) -> IndexedObject:
     return IndexedObject(
         oid=found.oid,
         url=found.url,
-        gatherer=found.gatherer,
-        template=record.template,
         attributes=attributes_text(record),
         update_time=found.update_time,
         file_size=int(size) if size is not None and size.strip().isdigit() else None,

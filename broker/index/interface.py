@@ -20,14 +20,13 @@ class IndexedObject:
 
     ``oid``: the registry's object id (stable, unique: URL + generating gatherer).
     ``attributes``: each SOIF attribute's value as text (UTF-8 decoded, errors replaced), in
-    record order; attribute names as in the record.
+    record order, attribute names as in the record, and the URL as the attribute ``URL``
+    (broker/sync.py).
     ``update_time`` and ``file_size``: for numeric comparisons and sorting (None if absent).
     """
 
     oid: str
     url: str
-    gatherer: str
-    template: str
     attributes: tuple[tuple[str, str], ...]
     update_time: float | None = None
     file_size: int | None = None

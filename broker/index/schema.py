@@ -35,8 +35,6 @@ import tantivy
 from broker.index.interface import IndexedObject
 
 OID: Final = "oid"
-GATHERER: Final = "gatherer"
-TEMPLATE: Final = "template"
 UPDATE_TIME: Final = "update_time"
 FILE_SIZE: Final = "file_size"
 OTHER: Final = "other"
@@ -96,8 +94,7 @@ MAX_TOKEN_BYTES: Final = 40
 def build_schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(OID, stored=True, tokenizer_name="raw", index_option="basic")
-    for name in (GATHERER, TEMPLATE, BODY_KIND):
-        builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field(BODY_KIND, tokenizer_name="raw", index_option="basic")
     builder.add_float_field(UPDATE_TIME, indexed=True, fast=True)
     builder.add_unsigned_field(FILE_SIZE, indexed=True, fast=True)
     for name in TEXT_FIELDS:
@@ -180,8 +177,6 @@ def document(obj: IndexedObject, layout: tantivy.Schema) -> tantivy.Document:
         into.setdefault(name, []).append(value)
     doc: dict[str, object] = {
         OID: obj.oid,
-        GATHERER: obj.gatherer,
-        TEMPLATE: obj.template,
     }
     running = RUNNING_TEXT.intersection(fields)
     if len(running) == 1:

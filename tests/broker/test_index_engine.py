@@ -35,8 +35,6 @@ def obj(
     return IndexedObject(
         oid=oid,
         url=f"http://example.org/{oid}",
-        gatherer="test-gatherer",
-        template="FILE",
         attributes=attributes,
         update_time=update_time,
         file_size=file_size,
@@ -545,7 +543,7 @@ CRASH_SCRIPT = textwrap.dedent(
         index = await TantivyIndex.open(Path(sys.argv[1]))
         for batch in range(10_000):
             objects = [
-                IndexedObject(f"o{batch}-{i}", "http://x/", "g", "FILE",
+                IndexedObject(f"o{batch}-{i}", "http://x/",
                               (("Abstract", f"crash test words {batch} {i} " * 20),))
                 for i in range(100)
             ]
