@@ -113,6 +113,20 @@ async def get_json(
         return await response.json()
 
 
+async def results(
+    session: aiohttp.ClientSession, broker: Broker, query: str
+) -> list[dict[str, Any]]:
+    """The results of ``query`` through the API."""
+    answer = await get_json(session, f"{url_of(broker)}/api/search", params={"q": query})
+    found: list[dict[str, Any]] = answer["results"]
+    return found
+
+
+async def urls(session: aiohttp.ClientSession, broker: Broker, query: str) -> set[str]:
+    """The URLs of the results of ``query`` through the API."""
+    return {result["url"] for result in await results(session, broker, query)}
+
+
 @pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as opened:
@@ -226,14 +240,14 @@ async def test_update_time_and_file_size_compare_after_the_index_catches_up(
         ],
     )
 
-    async def urls(query: str) -> set[str]:
-        answer = await get_json(session, f"{url_of(broker)}/api/search", params={"q": query})
-        return {result["url"] for result in answer["results"]}
-
-    assert await urls("dated AND Update-Time >= 2026-11-01") == {"http://t.example/new"}
-    assert await urls("dated AND Update-Time < 2000-01-01") == {"http://t.example/old"}
-    assert await urls("dated AND File-Size > 100") == {"http://t.example/new"}
-    assert await urls("dated AND NOT File-Size > 100") == {
+    assert await urls(session, broker, "dated AND Update-Time >= 2026-11-01") == {
+        "http://t.example/new"
+    }
+    assert await urls(session, broker, "dated AND Update-Time < 2000-01-01") == {
+        "http://t.example/old"
+    }
+    assert await urls(session, broker, "dated AND File-Size > 100") == {"http://t.example/new"}
+    assert await urls(session, broker, "dated AND NOT File-Size > 100") == {
         "http://t.example/old",
         "http://t.example/none",
     }
@@ -252,21 +266,13 @@ async def test_objects_are_found_by_their_urls(
         ],
     )
 
-    async def found(query: str) -> list[dict[str, Any]]:
-        answer = await get_json(session, f"{url_of(broker)}/api/search", params={"q": query})
-        results: list[dict[str, Any]] = answer["results"]
-        return results
-
     edu = "http://www.cs.colorado.edu/harvest/"
-    assert {r["url"] for r in await found(r"URL: /\.edu\//")} == {edu}
-    assert {r["url"] for r in await found('URL: "cs.colorado.edu"')} == {edu}
-    assert {r["url"] for r in await found("URL: colorado")} == {
-        edu,
-        "http://www.example.com/colorado/",
-    }
-    assert len(await found("colorado")) == 3  # a bare word searches the URL too
+    assert await urls(session, broker, r"URL: /\.edu\//") == {edu}
+    assert await urls(session, broker, 'URL: "cs.colorado.edu"') == {edu}
+    assert await urls(session, broker, "URL: colorado") == {edu, "http://www.example.com/colorado/"}
+    assert len(await urls(session, broker, "colorado")) == 3  # a bare word searches the URL too
     # The URL's snippet comes after the content's.
-    (home,) = await found("harvest")
+    (home,) = await results(session, broker, "harvest")
     assert [s["attribute"] for s in home["snippets"]] == ["Title", "URL"]
 
 
