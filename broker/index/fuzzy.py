@@ -54,10 +54,12 @@ _MAX_CANDIDATES = 4096
 class Expansion:
     """The words a look-up found, in alphabetical order (a prefix's: all of them, or None when
     there were more than the limit; a near word's: the nearest, up to the limit), and the OR
-    of the tags of every word given (of every word found when the words are None)."""
+    of the tags of every word given (of every word found when the words are None). For a near
+    word, ``edits`` holds how many edits away each of the words is."""
 
     words: tuple[str, ...] | None
     tags: int
+    edits: tuple[int, ...] = ()
 
 
 def deletions(word: str, depth: int) -> set[str]:
@@ -249,20 +251,20 @@ class Vocabulary:
             if len(near) + len(doubtful) > _MAX_CANDIDATES:
                 return None
         found = near.union(c for c in doubtful - near if within(word, c, errors))
+        edits = {c: _edits(word, c, errors) for c in found}
         if len(found) > limit:
-            found = set(sorted(found, key=lambda c: _closeness(word, c, errors))[:limit])
+            found = set(sorted(found, key=lambda c: (edits[c], -min(len(word), len(c)), c))[:limit])
         tags = 0
         for c in found:
             tags |= self._tags[c]
-        return Expansion(tuple(sorted(found)), tags)
+        words = tuple(sorted(found))
+        return Expansion(words, tags, tuple(edits[c] for c in words))
 
 
-def _closeness(word: str, candidate: str, errors: int) -> tuple[int, int, str]:
-    """How near ``candidate`` (within ``errors`` edits) is to ``word``: the smaller the nearer."""
+def _edits(word: str, candidate: str, errors: int) -> int:
+    """How many edits ``candidate``, known to be within ``errors`` of ``word``, is away."""
     if candidate == word:
-        edits = 0
-    elif errors > 1 and within(word, candidate, 1):
-        edits = 1
-    else:
-        edits = errors
-    return edits, -min(len(word), len(candidate)), candidate
+        return 0
+    if errors > 1 and within(word, candidate, 1):
+        return 1
+    return errors

@@ -8,7 +8,8 @@ a term (to leave out fields that cannot match). Run it where the searcher is use
   than one in a long text). A word the analyzer splits (``e-mail``) is a phrase of its tokens.
 * ``Word`` with ``prefix`` or ``errors``: the words of the vocabulary (broker/index/fuzzy.py)
   that start with it, or the ``NEAR_LIMIT`` nearest that lie within that many edits, as exact
-  terms, ranked by BM25, only in the fields that hold one of them. When a prefix has more than
+  terms, ranked by BM25 (a near word's score times 1 / (1 + its edits)), only in the fields
+  that hold one of them. When a prefix has more than
   ``PREFIX_LIMIT`` words, or the vocabulary is not up to date, or cannot tell (numbers),
   tantivy's automaton queries instead: every word, constant scores.
 * ``Phrase``: a phrase query (slop 0) on each field holding every token.
@@ -269,10 +270,11 @@ class _Translator:
         targets = [t for t in targets if expansion.tags & t.bit]
         if expansion.words is None:
             return _any([automaton(t) for t in targets])
+        edits = expansion.edits or (0,) * len(expansion.words)
         return _any(
             [
-                self.term(t, word)
-                for word in expansion.words
+                _weighed(self.term(t, word), edited)
+                for word, edited in zip(expansion.words, edits, strict=True)
                 for t in targets
                 if vocabulary.tags(word) & t.bit
             ]
@@ -340,6 +342,12 @@ class _Translator:
 
 def _targets(attribute: str | None) -> Sequence[Target]:
     return ALL_TARGETS if attribute is None else targets_of(attribute)
+
+
+def _weighed(query: tantivy.Query, edits: int) -> tantivy.Query:
+    """``query`` for a word found ``edits`` edits away from the one asked for: its score counts
+    1 / (1 + edits), so that the nearer words rank first where the words are alike."""
+    return query if not edits else _Q.boost_query(query, 1 / (1 + edits))
 
 
 def _any(queries: list[tantivy.Query]) -> tantivy.Query:

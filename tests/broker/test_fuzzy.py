@@ -75,6 +75,7 @@ def test_near_word_examples() -> None:
     two = v.near("harvest", 2, 10)
     assert two is not None
     assert two.words == ("harvest", "harvests", "harvxst", "harxxst", "havrest")
+    assert two.edits == (0, 1, 1, 2, 2)
     # The four nearest: no edit, one, then of the two-edit words the longer (here, as long:
     # the first in alphabetical order).
     nearest = v.near("harvest", 2, 4)
@@ -102,6 +103,7 @@ def test_near_gives_the_nearest_words_up_to_the_limit(
     candidates = {w for w in words if not w.isdigit() and levenshtein(query, w) <= errors}
     ranked = sorted(candidates, key=lambda w: (levenshtein(query, w), -min(len(query), len(w)), w))
     assert expansion.words == tuple(sorted(ranked[:limit]))
+    assert expansion.edits == tuple(levenshtein(query, w) for w in expansion.words)
 
 
 def test_near_declines_what_the_table_leaves_out() -> None:

@@ -248,6 +248,22 @@ async def test_an_approximate_word_becomes_its_nearest_words_up_to_the_limit(
         assert found == {"tree", *sorted(set(words) - {"tree", "tread"})[: NEAR_LIMIT - 1]}
 
 
+async def test_nearer_words_rank_first(tmp_path: Path) -> None:
+    # One word each, in texts alike: only how far the word is from the query tells them apart.
+    objects = [
+        obj(name, ("Abstract", f"{word} season report"))
+        for name, word in [("two", "harxxst"), ("exact", "harvest"), ("one", "harvests")]
+    ]
+    async with await TantivyIndex.open(tmp_path / "index") as index:
+        await index.add(objects)
+        await index.commit()
+        await index.refresh_vocabulary()
+        results = await index.search(Word("harvest", errors=2), limit=10)
+        assert [hit.oid for hit in results.hits] == ["exact", "one", "two"]
+        scores = [hit.score for hit in results.hits]
+        assert scores[0] > scores[1] > scores[2]
+
+
 async def test_approximate_results_are_ranked_once_the_vocabulary_is_current(
     index: TantivyIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
