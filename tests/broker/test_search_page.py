@@ -46,6 +46,8 @@ def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         )
     profile = tmp_path_factory.mktemp("chromium-profile")
     log = (profile.parent / "chromium.log").open("wb")
+    # Chromium leaves its singleton socket's directory in TMPDIR: keep it in pytest's.
+    scratch = tmp_path_factory.mktemp("chromium-tmp")
     process = subprocess.Popen(
         [
             path,
@@ -61,6 +63,7 @@ def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=log,
+        env={**os.environ, "TMPDIR": str(scratch)},
         start_new_session=True,  # its helpers (zygote, renderers) share its process group
     )
     try:
