@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, TypeVarTuple
 
 from harvest_cache.config import KIB, MIB, CacheConfig
-from harvest_cache.store.disk import DiskError, DiskTier, Spool
+from harvest_cache.store.disk import Committed, DiskError, DiskTier, Spool
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import FileBody, Found, StoredObject
 from harvest_cache.store.memory import MemoryTier
@@ -31,6 +31,7 @@ SPILL_BATCH = 1 * MIB
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+W = TypeVar("W", bound=int | Committed | None)  # what a write to the disk tier returns
 
 
 async def open_store(config: CacheConfig) -> TieredStore:
@@ -235,14 +236,10 @@ class TieredStore:
         else:
             stored = body
             self.memory.bypass(key)
-        replaced = False
+        committed = None
         if self._disk is not None:
-            try:
-                evicted, replaced = await self._run(self._disk.commit, key, head, stored)
-            except DiskError as e:
-                self._write_failed(e)
-            else:
-                self.disk_evictions += evicted
+            committed = await self._write_disk(self._disk.commit, key, head, stored)
+        replaced = committed is not None and committed.replaced
         if (confirms or replaced) and self.sharers is not None:
             # (Their copies are older: gone before the commit returns, as a deletion's.)
             await self.sharers.deleted(key)
@@ -280,13 +277,18 @@ class TieredStore:
             future.add_done_callback(_close_unclaimed)
             raise
 
-    async def _write_disk(self, fn: Callable[[*Ts], int | None], *args: *Ts) -> None:
+    async def _write_disk(self, fn: Callable[[*Ts], W], *args: *Ts) -> W | None:
+        """``fn`` on the disk tier, its evictions counted; None if it failed (counted too)."""
         try:
-            evicted = await self._run(fn, *args)
+            done = await self._run(fn, *args)
         except DiskError as e:
             self._write_failed(e)
-            return
-        self.disk_evictions += evicted or 0
+            return None
+        if isinstance(done, Committed):
+            self.disk_evictions += done.evicted
+        elif isinstance(done, int):
+            self.disk_evictions += done
+        return done
 
     def _promote(self, key: str, found: Found) -> None:
         if isinstance(found, VaryMarker):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.hierarchy.icp import IcpMessage, Opcode, decode, encode, query, reply
 from harvest_cache.server.app import CacheServer
 from tests.support import (
@@ -34,6 +35,11 @@ async def icp_cache(make_cache: MakeCache, **sections: dict[str, object]) -> Cac
     icp: dict[str, object] = {"port": port, "allow": ["127.0.0.0/8"]}
     icp.update(sections.pop("icp", {}))
     return await make_cache(icp=icp, **sections)
+
+
+def endpoint_of(cache: CacheServer) -> IcpEndpoint:
+    assert cache.icp is not None, "the cache has no ICP port"
+    return cache.icp
 
 
 @pytest.fixture
@@ -209,8 +215,7 @@ async def test_a_datagram_the_socket_cannot_send_is_counted_and_answering_goes_o
     make_cache: MakeCache, peer: Querier
 ) -> None:
     cache = await icp_cache(make_cache)
-    endpoint = cache.icp
-    assert endpoint is not None
+    endpoint = endpoint_of(cache)
     # A peer's IPv6 address, from a socket bound to an IPv4 one: the send fails at once.
     endpoint.send(encode(query(1, "http://127.0.0.1:9/")), ("::1", 3130))
     assert endpoint.unsent == 1
@@ -223,8 +228,7 @@ async def test_a_cache_that_keeps_asking_is_answered_on_a_socket_of_its_own(
     make_cache: MakeCache, peer: Querier
 ) -> None:
     cache = await icp_cache(make_cache)
-    endpoint = cache.icp
-    assert endpoint is not None
+    endpoint = endpoint_of(cache)
     assert peer.transport is not None
     port = icp_port(cache)
     numbers: set[int] = set()
@@ -284,8 +288,7 @@ async def test_stopping_closes_every_icp_socket(tmp_path: Path, peer: Querier) -
         cache_config(tmp_path, icp={"port": port, "allow": ["127.0.0.0/8"]})
     )
     try:
-        endpoint = cache.icp
-        assert endpoint is not None
+        endpoint = endpoint_of(cache)
         assert peer.transport is not None
 
         async def answered(count: int) -> None:
