@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -510,9 +509,8 @@ async def test_errors_are_engine_errors(tmp_path: Path) -> None:
 # -- concurrency and crashes -------------------------------------------------------------------
 
 
-async def test_searches_during_writes_neither_block_nor_see_uncommitted_objects(
-    tmp_path: Path,
-) -> None:
+async def test_searches_during_writes_see_only_committed_objects(tmp_path: Path) -> None:
+    # That they run off the loop is checked in every broker test (conftest.py).
     async with await TantivyIndex.open(tmp_path) as index:
         batches = [
             [obj(f"o{b}-{i}", ("Abstract", f"common words {FILLER} {b} {i}")) for i in range(200)]
@@ -520,7 +518,6 @@ async def test_searches_during_writes_neither_block_nor_see_uncommitted_objects(
         ]
         committed = [0]
         totals: list[tuple[int, int]] = []
-        lags: list[float] = []
 
         async def write() -> None:
             for batch in batches:
@@ -537,15 +534,8 @@ async def test_searches_during_writes_neither_block_nor_see_uncommitted_objects(
                 assert results.total % 200 == 0
                 assert before <= results.total <= committed[-1] + 200
 
-        async def tick() -> None:
-            while len(committed) <= len(batches):
-                start = time.perf_counter()
-                await asyncio.sleep(0.005)
-                lags.append(time.perf_counter() - start - 0.005)
-
-        await asyncio.gather(write(), search(), search(), tick())
+        await asyncio.gather(write(), search(), search())
         assert len(totals) > 10
-        assert max(lags) < 0.2, f"the event loop stalled for {max(lags):.3f} s"
         assert await index.count() == 2000
 
 
