@@ -331,7 +331,8 @@ async def test_a_target_that_cannot_be_imported_fails_jobs_quickly(make_pool: Ma
     assert all(isinstance(e, SummarizeError) and e.reason == CANNOT_START for e in errors)
     assert late.reason == CANNOT_START
     assert elapsed < 5.0
-    assert late_elapsed < 0.1
+    # A pool that tried to start a worker for it would spawn one or more processes first.
+    assert late_elapsed < 1.0
     # Two slots may both try once more while the last delay runs out.
     assert pool_module._START_ATTEMPTS <= stats.failed_starts <= pool_module._START_ATTEMPTS + 1
     assert (stats.workers, stats.jobs) == (0, 0)

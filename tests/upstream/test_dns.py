@@ -326,9 +326,10 @@ async def test_a_silent_server_times_out_within_the_configured_timeout(
     ticker.cancel()
     assert failure.value.cause == TIMEOUT
     assert 0.25 <= elapsed < 0.8
-    # The loop kept running while the query waited.
+    # The loop kept running while the query waited (a blocking wait would stall it for the
+    # whole 0.3 s timeout).
     assert len(gaps) > 20
-    assert max(gaps) < 0.1
+    assert max(gaps) < 0.2
 
 
 async def test_close_cancels_lookups_in_flight(
