@@ -14,6 +14,7 @@ segments (173 MB) and 6-10 ms (bench/README.md, "Broker index").
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -122,12 +123,18 @@ class IndexSync:
         return Reconciled(added=len(missing), removed=len(extra))
 
     async def rebuild(self) -> int:
-        """Empty the index and add every registry object again; returns how many."""
+        """Replace the index's objects with every registry object, in one commit (searches
+        see the old ones until then; a failure leaves them); returns how many."""
         await self._index.clear()
-        oids = sorted(await self._registry.oids())
-        for start in range(0, len(oids), BATCH):
-            await self._add(oids[start : start + BATCH])
-        await self._index.commit()
+        try:
+            oids = sorted(await self._registry.oids())
+            for start in range(0, len(oids), BATCH):
+                await self._add(oids[start : start + BATCH])
+            await self._index.commit()
+        except BaseException:
+            # Otherwise the next commit would make the half-filled index the searched one.
+            await asyncio.shield(self._index.rollback())
+            raise
         return len(oids)
 
     async def _add(self, oids: Sequence[str]) -> None:

@@ -81,7 +81,12 @@ class Index(Protocol):
         """How many objects the index holds."""
 
     async def clear(self) -> None:
-        """Remove everything (before a rebuild)."""
+        """Remove every object, those added since the last commit too (visible after
+        ``commit``: until then searches see the objects of the last commit, so a rebuild
+        replaces the index at once)."""
+
+    async def rollback(self) -> None:
+        """Drop every change made since the last commit."""
 
     async def close(self) -> None:
         """Release the engine's resources."""

@@ -23,6 +23,7 @@ import asyncio
 import fcntl
 import logging
 import shutil
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -84,6 +85,10 @@ class _Engine:
         self.current: tuple[int, tantivy.Searcher] = (0, self.index.searcher())
         # The vocabulary and the generation whose terms it holds (-1: none yet).
         self.vocabulary: tuple[int, Vocabulary] = (-1, Vocabulary())
+        # Taken by the refresher thread to replace the vocabulary, by a commit to drop it.
+        self.vocabulary_lock = threading.Lock()
+        # Whether a clear waits for the next commit.
+        self.cleared = False
 
     def live_writer(self) -> tantivy.IndexWriter:
         if self.writer is None:
@@ -113,12 +118,23 @@ class _Engine:
         self.live_writer().commit()
         self.index.reload()
         generation, _ = self.current
+        if self.cleared:
+            # The words of the objects that went would otherwise stay, as nearest words.
+            with self.vocabulary_lock:
+                self.vocabulary = (-1, Vocabulary())
+            self.cleared = False
         self.current = (generation + 1, self.index.searcher())
 
     def clear(self) -> None:
-        self.live_writer().delete_all_documents()
-        self.commit()
-        self.vocabulary = (-1, Vocabulary())
+        writer = self.live_writer()
+        # tantivy's delete_all_documents spares what was added since the last commit.
+        writer.rollback()
+        writer.delete_all_documents()
+        self.cleared = True
+
+    def rollback(self) -> None:
+        self.live_writer().rollback()
+        self.cleared = False
 
     def close(self) -> None:
         writer, self.writer = self.writer, None
@@ -148,14 +164,18 @@ class _Engine:
         known, vocabulary = self.vocabulary
         if known >= generation:
             return
-        # Every term of every field (those of deleted objects too, until their segments merge:
-        # a superset, which only costs look-ups that find nothing).
+        # Every term of every field, those of deleted objects too until their segments merge
+        # (a superset: such words cost look-ups that find nothing, and may take places among
+        # an approximate word's nearest).
         words = [
             (term, schema.field_bit(field))
             for field in schema.TEXT_FIELDS
             for term, _ in searcher.terms_with_prefix(field, "")
         ]
-        self.vocabulary = (generation, vocabulary.extended(words))
+        with self.vocabulary_lock:
+            # Unless a commit after a clear dropped the vocabulary meanwhile.
+            if self.vocabulary[1] is vocabulary:
+                self.vocabulary = (generation, vocabulary.extended(words))
 
     def oids(self) -> set[str]:
         _, searcher = self.current
@@ -248,8 +268,10 @@ class TantivyIndex:
         await self._write(self._engine.commit)
 
     async def clear(self) -> None:
-        """Remove every object and commit at once (a rebuild starts from nothing)."""
         await self._write(self._engine.clear)
+
+    async def rollback(self) -> None:
+        await self._write(self._engine.rollback)
 
     async def search(self, query: Node, *, limit: int, offset: int = 0) -> Results:
         self._check_open()

@@ -455,12 +455,47 @@ async def test_adding_an_oid_again_replaces_the_object(index: TantivyIndex) -> N
 async def test_oids_count_clear(index: TantivyIndex) -> None:
     assert await index.oids() == ALL
     assert await index.count() == len(ALL)
+    await index.add([obj("staged", ("Title", "added before the clear, never committed"))])
     await index.clear()
+    # Until the commit, searches see the last commit's objects.
+    assert await index.oids() == ALL
+    assert await oids_of(index, Word("cache")) != set()
+    await index.commit()
     assert await index.oids() == set()
     assert await index.count() == 0
     assert await oids_of(index, Word("cache")) == set()
     await index.refresh_vocabulary()
     assert await oids_of(index, Word("cach", prefix=True)) == set()
+
+
+async def test_rollback_drops_what_the_last_commit_did_not_see(index: TantivyIndex) -> None:
+    await index.add([obj("staged", ("Title", "cache"))])
+    await index.remove(sorted(ALL)[:2])
+    await index.rollback()
+    await index.commit()
+    assert await index.oids() == ALL
+    await index.clear()
+    await index.rollback()
+    await index.add([obj("kept", ("Title", "kept"))])
+    await index.commit()
+    assert await index.oids() == ALL | {"kept"}
+    await index.refresh_vocabulary()
+    assert await oids_of(index, Word("kept", prefix=True)) == {"kept"}
+    # A clear then a commit: the words of the objects that went are not nearest words. Had
+    # the vocabulary kept them, these 51 one-edit words of "harvest" would rank before
+    # "zharvest" (alphabetically) and leave it out of the nearest.
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    gone = [f"harvest{c}" for c in letters] + [f"{c}harvest" for c in letters[:-1]]
+    await index.add([obj(word, ("Title", word)) for word in gone])
+    await index.commit()
+    await index.refresh_vocabulary()
+    assert len(await oids_of(index, Word("harvest", errors=1)) & set(gone)) <= NEAR_LIMIT
+    await index.clear()
+    await index.add([obj("after", ("Title", "zharvest"))])
+    await index.commit()
+    await index.refresh_vocabulary()
+    assert await oids_of(index, Word("harvest", errors=1)) == {"after"}
+    assert await oids_of(index, Word("kept", prefix=True)) == set()
 
 
 async def test_reopening_keeps_what_was_committed(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ the registry's mark moved only after each commit."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -21,13 +22,16 @@ RECORDS = 2_500
 
 class Watched:
     """A real index, with its commits counted and the n-th ``add`` made to fail (a crash
-    mid-update as the sync sees it: nothing after it is applied)."""
+    mid-update as the sync sees it: nothing after it is applied) or to wait for ``resume``."""
 
-    def __init__(self, index: TantivyIndex, fail_at_add: int = 0) -> None:
+    def __init__(self, index: TantivyIndex, fail_at_add: int = 0, pause_at_add: int = 0) -> None:
         self.index = index
         self.commits = 0
         self.adds = 0
         self._fail_at_add = fail_at_add
+        self._pause_at_add = pause_at_add
+        self.paused = asyncio.Event()
+        self.resume = asyncio.Event()
 
     @property
     def created(self) -> bool:
@@ -37,6 +41,9 @@ class Watched:
         self.adds += 1
         if self.adds == self._fail_at_add:
             raise EngineError("the engine stopped")
+        if self.adds == self._pause_at_add:
+            self.paused.set()
+            await self.resume.wait()
         await self.index.add(objects)
 
     async def remove(self, oids: Sequence[str]) -> None:
@@ -57,6 +64,9 @@ class Watched:
 
     async def clear(self) -> None:
         await self.index.clear()
+
+    async def rollback(self) -> None:
+        await self.index.rollback()
 
     async def close(self) -> None:
         await self.index.close()
@@ -123,3 +133,36 @@ async def test_a_new_index_gets_every_object_after_opening(
         await IndexSync(registry, index).after_opening()
         assert index.adds == 0  # an index that was there only catches up (nothing to do)
         assert await index.count() == RECORDS
+
+
+async def test_searches_see_the_old_objects_until_a_rebuild_commits(
+    registry: Registry, index: TantivyIndex
+) -> None:
+    await IndexSync(registry, index).catch_up()
+    await pull(registry, "g", [rec("http://h.example/new", "fresh page")])
+    paused = Watched(index, pause_at_add=2)
+    rebuilding = asyncio.create_task(IndexSync(registry, paused).rebuild())
+    await asyncio.wait_for(paused.paused.wait(), timeout=10)
+    # Halfway: the index still answers with every object of its last commit.
+    assert (await index.search(Word("page"), limit=1)).total == RECORDS
+    assert (await index.search(Word("fresh"), limit=1)).total == 0
+    paused.resume.set()
+    assert await asyncio.wait_for(rebuilding, timeout=30) == RECORDS + 1
+    assert paused.commits == 1
+    assert (await index.search(Word("page"), limit=1)).total == RECORDS + 1
+    assert await index.oids() == await registry.oids()
+
+
+async def test_a_failed_rebuild_leaves_the_index_as_it_was(
+    registry: Registry, index: TantivyIndex
+) -> None:
+    await IndexSync(registry, index).catch_up()
+    failing = Watched(index, fail_at_add=2)
+    with pytest.raises(EngineError):
+        await IndexSync(registry, failing).rebuild()
+    assert failing.commits == 0
+    # What the rebuild staged is gone: the next commit (a catch-up's) keeps every object.
+    await pull(registry, "g", [rec("http://h.example/new", "fresh page")])
+    assert await IndexSync(registry, index).catch_up() == 1
+    assert await index.count() == RECORDS + 1
+    assert await index.oids() == await registry.oids()
