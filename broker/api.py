@@ -232,7 +232,7 @@ class Api:
         offset = _integer(params, "offset", 0, 0, MAX_OFFSET)
         case = _flag(params, "case")
         with self._metrics.query("api"):
-            found = await self._broker.searcher.search(
+            found = await self._broker.search(
                 params.get("q", ""), limit=limit, offset=offset, case_sensitive=case
             )
         return web.json_response(page_json(found))
@@ -292,10 +292,14 @@ class Api:
     async def _index(self) -> dict[str, Any]:
         registry = self._broker.registry
         last, indexed = await registry.last_seq(), await registry.indexed_seq()
+        progress = self._broker.sync.rebuilding
         return {
             "documents": await self._broker.index.count(),
             "indexed_seq": indexed,
             "backlog": max(0, last - indexed),
+            "ready": self._broker.index_ready.is_set(),
+            "state": self._broker.index_state(),
+            "rebuilding": None if progress is None else {"added": progress[0], "of": progress[1]},
         }
 
     async def status(self, request: web.Request) -> web.Response:

@@ -19,11 +19,11 @@ from typing import Any
 
 from broker.collector import Collector, PullResult
 from broker.config import CollectionConfig, Config
-from broker.errors import BrokerError
+from broker.errors import BrokerError, IndexNotReady
 from broker.index.tantivy_engine import TantivyIndex
 from broker.registry import Registry
 from broker.scheduler import Scheduler
-from broker.search import Searcher
+from broker.search import Page, Searcher
 from broker.sync import IndexSync, Reconciled
 from harvest_cache.lifecycle import Owned
 from harvest_cache.server.tasks import TaskSet
@@ -86,6 +86,9 @@ class Broker(Owned):
         self.scheduler: Scheduler
         self.address: tuple[str, int] = ("", 0)
         self._changes = asyncio.Lock()  # one writer of the index at a time
+        # Set once the index holds the registry's objects (at once, unless it is new).
+        self.index_ready = asyncio.Event()
+        self._index_failure: str | None = None
         self.changed = ChangeSignal()
         self._background = TaskSet()
         self._catching_up: asyncio.Task[Any] | None = None
@@ -121,13 +124,21 @@ class Broker(Owned):
         self.index = await stack.enter_async_context(await TantivyIndex.open(directory / INDEX_DIR))
         self.sync = IndexSync(self.registry, self.index)
         self.searcher = Searcher(self.registry, self.index)
-        # Before listening: searches would otherwise miss what is not in the index yet.
-        await self.sync.after_opening()
+        if not self.index.created or not await self.registry.count():
+            # Before answering: the backlog a crash may have left (a new index of an empty
+            # registry has nothing to fill).
+            await self.sync.after_opening()
+            self.index_ready.set()
         listen = self.config.broker.listen
         self.address = await stack.enter_async_context(
             listening(make_app(self), listen.host, listen.port)
         )
         stack.push_async_callback(self._background.cancel)
+        if not self.index_ready.is_set():
+            # A new index (there was none, or one of another layout) is filled while the
+            # broker serves what comes from the registry (objects, bulk exports, replicas);
+            # searches are refused until then (IndexNotReady), not answered from a part.
+            self._background.spawn(self._fill_index(), "index fill")
         collector = await stack.enter_async_context(Collector(self.config.broker, self.registry))
         self.scheduler = await stack.enter_async_context(
             Scheduler(collector, self.config.collections, self._pulled)
@@ -137,6 +148,41 @@ class Broker(Owned):
 
     async def _pulled(self, result: PullResult) -> None:
         await self.catch_up()
+
+    async def _fill_index(self) -> None:
+        try:
+            async with self._changes:
+                await self.sync.after_opening()
+        except BrokerError as error:
+            self._index_failure = str(error)
+            log.error("filling the new index failed (POST /api/admin/rebuild retries): %s", error)
+            return
+        self.index_ready.set()
+
+    async def search(
+        self, text: str, *, limit: int, offset: int = 0, case_sensitive: bool = False
+    ) -> Page:
+        """``Searcher.search`` once the index is ready; IndexNotReady before."""
+        if not self.index_ready.is_set():
+            raise IndexNotReady(self.index_state())
+        return await self.searcher.search(
+            text, limit=limit, offset=offset, case_sensitive=case_sensitive
+        )
+
+    def index_state(self) -> str:
+        """Whether searches are answered, and if not why, in words."""
+        if self.index_ready.is_set():
+            return "ready"
+        if self._index_failure is not None:
+            return (
+                f"the index could not be filled from the registry ({self._index_failure}); "
+                "an administrator can retry with POST /api/admin/rebuild"
+            )
+        filling = "the index is being filled from the registry"
+        if self.sync.rebuilding is None:  # the registry's objects are being listed
+            return filling
+        added, total = self.sync.rebuilding
+        return f"{filling}: {added:,} of {total:,} objects"
 
     async def catch_up(self) -> int:
         """Bring the index up to the registry: after a pull, or a change made outside the
@@ -198,9 +244,13 @@ class Broker(Owned):
         return reconciled
 
     async def rebuild_index(self) -> int:
-        """Empty the index and fill it again from the registry."""
+        """Fill the index again from the registry (and make it searchable if filling a new
+        one had failed)."""
         async with self._changes:
-            return await self.sync.rebuild()
+            indexed = await self.sync.rebuild()
+        self._index_failure = None
+        self.index_ready.set()
+        return indexed
 
     @contextlib.asynccontextmanager
     async def _collecting_garbage(self) -> AsyncIterator[None]:

@@ -61,3 +61,8 @@ class ReplicaError(BrokerError):
 
 class EngineError(BrokerError):
     """The index engine failed."""
+
+
+class IndexNotReady(EngineError):
+    """The index cannot answer yet: a new one is being filled from the registry, or filling
+    it failed."""

@@ -288,7 +288,7 @@ class HsrService:
         now = time.time()
         try:
             with self._metrics.query("hsr"):
-                page = await self._broker.searcher.search(text, limit=MAX_LIST)
+                page = await self._broker.search(text, limit=MAX_LIST)
         except QuerySyntaxError as error:
             # Positions refer to the q parameter, not to the query it was wrapped in.
             offset = len(text) - len(extra) - 1

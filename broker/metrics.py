@@ -67,6 +67,7 @@ class Snapshot:
     objects: int = 0
     by_collection: dict[str, int] = field(default_factory=dict)
     index_documents: int = 0
+    index_ready: bool = False
     last_seq: int = 0
     indexed_seq: int = 0
     collections: dict[str, CollectionStatus] = field(default_factory=dict)
@@ -98,6 +99,12 @@ class _Scraped(Collector):
         yield objects
         yield GaugeMetricFamily(
             "harvest_broker_index_documents", "Objects in the index.", value=s.index_documents
+        )
+        yield GaugeMetricFamily(
+            "harvest_broker_index_ready",
+            "1 when searches are answered; 0 while a new index is filled from the registry "
+            "(or after filling it failed).",
+            value=int(s.index_ready),
         )
         yield GaugeMetricFamily(
             "harvest_broker_change_sequence",
@@ -253,6 +260,7 @@ class BrokerMetrics:
             objects=await broker.registry.count(),
             by_collection=by_collection,
             index_documents=await broker.index.count(),
+            index_ready=broker.index_ready.is_set(),
             last_seq=await broker.registry.last_seq(),
             indexed_seq=await broker.registry.indexed_seq(),
             collections=statuses,

@@ -73,6 +73,8 @@ class IndexSync:
         self._registry = registry
         self._index = index
         self._commit_every = commit_every
+        # While a rebuild runs: the objects added so far and how many it adds in all.
+        self.rebuilding: tuple[int, int] | None = None
 
     async def after_opening(self) -> None:
         """Bring a just-opened index up to the registry: a new one (there was none, or one of
@@ -129,12 +131,16 @@ class IndexSync:
         try:
             oids = sorted(await self._registry.oids())
             for start in range(0, len(oids), BATCH):
+                self.rebuilding = (start, len(oids))
                 await self._add(oids[start : start + BATCH])
+            self.rebuilding = (len(oids), len(oids))
             await self._index.commit()
         except BaseException:
             # Otherwise the next commit would make the half-filled index the searched one.
             await asyncio.shield(self._index.rollback())
             raise
+        finally:
+            self.rebuilding = None
         return len(oids)
 
     async def _add(self, oids: Sequence[str]) -> None:

@@ -252,7 +252,7 @@ class SearchPage:
         if query:
             try:
                 with self._metrics.query("page"):
-                    page = await self._broker.searcher.search(
+                    page = await self._broker.search(
                         query, limit=form.n, offset=form.start, case_sensitive=form.case
                     )
             except QuerySyntaxError as error:

@@ -19,7 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.app import Broker
 from broker.config import from_mapping
+from broker.errors import EngineError
 from broker.oid import oid
+from broker.sync import IndexSync
 from gatherer.database import GathererDatabase
 from gatherer.soif import Delete, Record, decode
 from tests.broker.test_collector import gatherer_service, refused_port, until
@@ -222,9 +224,85 @@ async def test_a_missing_or_foreign_index_is_rebuilt_from_the_registry_at_start(
         writer.commit()
         writer.wait_merging_threads()
     async with running(data) as broker:
-        found = await broker.searcher.search("kept", limit=10)
+        await asyncio.wait_for(broker.index_ready.wait(), timeout=30)
+        found = await broker.search("kept", limit=10)
         assert found.total == 3
         assert await broker.index.count() == 3
+
+
+async def test_a_new_index_is_filled_while_the_broker_serves_the_registry(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    data = tmp_path / "b"
+    count = 5_000  # filling takes hundreds of times longer than one request
+    async with running(data) as broker:
+        await load(broker, "c1", [make(f"http://r.example/{i}", f"kept {i}") for i in range(count)])
+    shutil.rmtree(data / "index")
+    async with running(data, admin_token=TOKEN) as broker:
+        base = url_of(broker)
+        async with session.get(f"{base}/api/search", params={"q": "kept"}) as response:
+            assert response.status == 503
+            error = (await response.json())["error"]
+        assert "the index is being filled from the registry" in error
+        await until(lambda: broker.sync.rebuilding is not None)
+        async with session.get(f"{base}/api/search", params={"q": "kept"}) as response:
+            assert response.status == 503
+            assert f"of {count:,} objects" in (await response.json())["error"]
+        # What comes from the registry is served meanwhile.
+        one = oid(IDENTITY, "http://r.example/7")
+        async with session.get(f"{base}/api/objects/{one}") as response:
+            assert response.status == 200
+        status = await get_json(session, f"{base}/api/status")
+        assert status["objects"] == count
+        assert status["index"]["ready"] is False
+        assert status["index"]["rebuilding"]["of"] == count
+        metrics = await (await session.get(f"{base}/metrics")).text()
+        assert "harvest_broker_index_ready 0.0" in metrics
+        async with session.get(f"{base}/", params={"q": "kept"}) as response:
+            assert response.status == 503
+            assert "being filled" in await response.text()
+        await asyncio.wait_for(broker.index_ready.wait(), timeout=60)
+        answer = await get_json(session, f"{base}/api/search", params={"q": "kept"})
+        assert answer["total"] == count
+        status = await get_json(session, f"{base}/api/status")
+        assert status["index"] == {
+            "documents": count,
+            "indexed_seq": count,
+            "backlog": 0,
+            "ready": True,
+            "state": "ready",
+            "rebuilding": None,
+        }
+        metrics = await (await session.get(f"{base}/metrics")).text()
+        assert "harvest_broker_index_ready 1.0" in metrics
+
+
+async def test_a_failed_fill_is_reported_until_a_rebuild_succeeds(
+    tmp_path: Path, session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "b"
+    async with running(data) as broker:
+        await load(broker, "c1", [make(f"http://r.example/{i}", f"kept {i}") for i in range(3)])
+    shutil.rmtree(data / "index")
+
+    async def failing(self: IndexSync) -> None:
+        raise EngineError("no space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(IndexSync, "after_opening", failing)
+        async with running(data, admin_token=TOKEN) as broker:
+            base = url_of(broker)
+            await until(lambda: "could not be filled" in broker.index_state())
+            async with session.get(f"{base}/api/search", params={"q": "kept"}) as response:
+                assert response.status == 503
+                error = (await response.json())["error"]
+            assert "no space left on device" in error
+            assert "POST /api/admin/rebuild" in error
+            patched.undo()
+            rebuilt = await call(session, "POST", f"{base}/api/admin/rebuild", 200)
+            assert rebuilt["indexed"] == 3
+            answer = await get_json(session, f"{base}/api/search", params={"q": "kept"})
+            assert answer["total"] == 3
 
 
 async def test_update_time_and_file_size_compare_after_the_index_catches_up(
@@ -414,7 +492,14 @@ async def test_status_reports_objects_index_and_each_collections_schedule(
     assert 0 <= status["uptime"] < 60
     assert status["objects"] == 3
     assert status["last_seq"] == 3
-    assert status["index"] == {"documents": 3, "indexed_seq": 3, "backlog": 0}
+    assert status["index"] == {
+        "documents": 3,
+        "indexed_seq": 3,
+        "backlog": 0,
+        "ready": True,
+        "state": "ready",
+        "rebuilding": None,
+    }
     by_name = {c["name"]: c for c in status["collections"]}
     good, down = by_name["good"], by_name["down"]
     assert (good["kind"], good["source"], good["scheduled"]) == ("gatherer", source, True)
