@@ -87,8 +87,9 @@ class _Engine:
         self.vocabulary: tuple[int, Vocabulary] = (-1, Vocabulary())
         # Taken by the refresher thread to replace the vocabulary, by a commit to drop it.
         self.vocabulary_lock = threading.Lock()
-        # Whether a clear waits for the next commit.
+        # Whether a clear waits for the next commit, and the oids added since the last one.
         self.cleared = False
+        self.staged: set[str] = set()
 
     def live_writer(self) -> tantivy.IndexWriter:
         if self.writer is None:
@@ -101,12 +102,25 @@ class _Engine:
         latest = {obj.oid: obj for obj in objects}
         # Every document first: an object that cannot be indexed fails the batch unwritten.
         documents = [schema.document(obj, self.schema) for obj in latest.values()]
-        # One delete operation for the batch, ordered before the documents that replace them.
-        writer.delete_documents_by_query(
-            tantivy.Query.term_set_query(self.schema, schema.OID, list(latest))
-        )
+        # Only an oid the index may hold needs deleting: tantivy runs every delete against
+        # every segment, and deleting each batch's oids cost a new index's load about a tenth
+        # of its rate. An oid is held if added since the last commit, or (unless a clear
+        # waits for the commit) in the last commit's objects; one of a deleted object may be
+        # counted too, which costs only a delete that finds nothing.
+        _, searcher = self.current
+        held = [
+            oid
+            for oid in latest
+            if oid in self.staged or (not self.cleared and searcher.doc_freq(schema.OID, oid))
+        ]
+        if held:
+            # One delete operation, ordered before the documents that replace them.
+            writer.delete_documents_by_query(
+                tantivy.Query.term_set_query(self.schema, schema.OID, held)
+            )
         for document in documents:
             writer.add_document(document)
+        self.staged.update(latest)
 
     def remove(self, oids: Sequence[str]) -> None:
         writer = self.live_writer()
@@ -116,6 +130,7 @@ class _Engine:
 
     def commit(self) -> None:
         self.live_writer().commit()
+        self.staged.clear()
         self.index.reload()
         generation, _ = self.current
         if self.cleared:
@@ -130,10 +145,12 @@ class _Engine:
         # tantivy's delete_all_documents spares what was added since the last commit.
         writer.rollback()
         writer.delete_all_documents()
+        self.staged.clear()
         self.cleared = True
 
     def rollback(self) -> None:
         self.live_writer().rollback()
+        self.staged.clear()
         self.cleared = False
 
     def close(self) -> None:

@@ -452,6 +452,22 @@ async def test_adding_an_oid_again_replaces_the_object(index: TantivyIndex) -> N
     assert await index.count() == len(OBJECTS) + 1
 
 
+async def test_an_oid_added_again_before_a_commit_is_one_object(index: TantivyIndex) -> None:
+    await index.add([obj("new", ("Title", "first draft"))])
+    await index.add([obj("new", ("Title", "second draft"))])
+    await index.commit()
+    assert await oids_of(index, Word("draft")) == {"new"}
+    assert await oids_of(index, Word("first")) == set()
+    # And after a clear, an oid of the objects it removes is added once.
+    await index.clear()
+    await index.add([obj("email", ("Title", "kept draft"))])
+    await index.add([obj("email", ("Title", "last draft"))])
+    await index.commit()
+    assert await index.count() == 1
+    assert await oids_of(index, Word("draft")) == {"email"}
+    assert await oids_of(index, Word("kept")) == set()
+
+
 async def test_oids_count_clear(index: TantivyIndex) -> None:
     assert await index.oids() == ALL
     assert await index.count() == len(ALL)
