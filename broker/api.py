@@ -292,14 +292,14 @@ class Api:
     async def _index(self) -> dict[str, Any]:
         registry = self._broker.registry
         last, indexed = await registry.last_seq(), await registry.indexed_seq()
-        progress = self._broker.sync.rebuilding
+        progress = self._broker.sync.filling
         return {
             "documents": await self._broker.index.count(),
             "indexed_seq": indexed,
             "backlog": max(0, last - indexed),
             "ready": self._broker.index_ready.is_set(),
             "state": self._broker.index_state(),
-            "rebuilding": None if progress is None else {"added": progress[0], "of": progress[1]},
+            "filling": None if progress is None else {"added": progress[0], "of": progress[1]},
         }
 
     async def status(self, request: web.Request) -> web.Response:

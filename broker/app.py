@@ -124,7 +124,7 @@ class Broker(Owned):
         self.index = await stack.enter_async_context(await TantivyIndex.open(directory / INDEX_DIR))
         self.sync = IndexSync(self.registry, self.index)
         self.searcher = Searcher(self.registry, self.index)
-        if not self.index.created or not await self.registry.count():
+        if not self.index.unfilled or not await self.registry.count():
             # Before answering: the backlog a crash may have left (a new index of an empty
             # registry has nothing to fill).
             await self.sync.after_opening()
@@ -179,9 +179,9 @@ class Broker(Owned):
                 "an administrator can retry with POST /api/admin/rebuild"
             )
         filling = "the index is being filled from the registry"
-        if self.sync.rebuilding is None:  # the registry's objects are being listed
+        if self.sync.filling is None:  # the registry's objects are being listed
             return filling
-        added, total = self.sync.rebuilding
+        added, total = self.sync.filling
         return f"{filling}: {added:,} of {total:,} objects"
 
     async def catch_up(self) -> int:

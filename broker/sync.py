@@ -73,42 +73,57 @@ class IndexSync:
         self._registry = registry
         self._index = index
         self._commit_every = commit_every
-        # While a rebuild runs: the objects added so far and how many it adds in all.
-        self.rebuilding: tuple[int, int] | None = None
+        # While the index is filled or rebuilt: the objects added so far, of how many.
+        self.filling: tuple[int, int] | None = None
 
     async def after_opening(self) -> None:
-        """Bring a just-opened index up to the registry: a new one (there was none, or one of
-        another layout) gets every object; then the backlog a crash may have left is applied."""
-        if self._index.created:
-            log.info("index created empty: adding every object of the registry")
-            began = time.monotonic()
-            added = await self.rebuild()
-            log.info("index filled: %d objects in %.1f s", added, time.monotonic() - began)
-        await self.catch_up()
+        """Bring a just-opened index up to the registry: an unfilled one (new, or one whose
+        filling was cut short) gets every object, as changes from the first; otherwise the
+        backlog a crash may have left is applied."""
+        if not self._index.unfilled:
+            await self.catch_up()
+            return
+        total = await self._registry.count()
+        log.info("index unfilled: adding the registry's %d objects", total)
+        began = time.monotonic()
+        await self._registry.mark_indexed(0)
+        await self.catch_up(total)
+        await self._index.filled()
+        log.info("index filled: %d objects in %.1f s", total, time.monotonic() - began)
 
-    async def catch_up(self) -> int:
-        """Apply every change the index has not seen; returns how many were applied. The
-        registry's mark moves after each index commit, so what a failure interrupts is
-        applied again next time."""
-        applied = pending = 0
+    async def catch_up(self, objects: int | None = None) -> int:
+        """Apply every change the index has not seen; returns how many were applied (while
+        ``filling`` shows the objects added of ``objects``, when given). The registry's mark
+        moves after each index commit, so what a failure interrupts is applied again next
+        time."""
+        applied = pending = added = 0
         seq = await self._registry.indexed_seq()
-        while True:
-            changes = await self._registry.changes_since(seq, BATCH)
-            if changes:
-                # Each object is listed once, as it now is, with its record: nothing to read
-                # again (reading and decoding the records twice cost 15% of a catch-up).
-                removed = [c.oid for c in changes if c.kind == "remove"]
-                await self._index.remove(removed)
-                await self._index.add([indexed(c) for c in changes if c.kind == "upsert"])
-                seq = changes[-1].seq
-                applied += len(changes)
-                pending += len(changes)
-            if pending and (not changes or pending >= self._commit_every):
-                await self._index.commit()
-                await self._registry.mark_indexed(seq)
-                pending = 0
-            if not changes:
-                return applied
+        try:
+            while True:
+                if objects is not None:
+                    self.filling = (added, objects)
+                changes = await self._registry.changes_since(seq, BATCH)
+                if changes:
+                    # Each object is listed once, as it now is, with its record: nothing to
+                    # read again (reading and decoding the records twice cost 15% of a
+                    # catch-up).
+                    removed = [c.oid for c in changes if c.kind == "remove"]
+                    await self._index.remove(removed)
+                    upserts = [indexed(c) for c in changes if c.kind == "upsert"]
+                    await self._index.add(upserts)
+                    added += len(upserts)
+                    seq = changes[-1].seq
+                    applied += len(changes)
+                    pending += len(changes)
+                if pending and (not changes or pending >= self._commit_every):
+                    await self._index.commit()
+                    await self._registry.mark_indexed(seq)
+                    pending = 0
+                if not changes:
+                    return applied
+        finally:
+            if objects is not None:
+                self.filling = None
 
     async def reconcile(self) -> Reconciled:
         """Make the index hold exactly the registry's objects (after catching up)."""
@@ -131,16 +146,18 @@ class IndexSync:
         try:
             oids = sorted(await self._registry.oids())
             for start in range(0, len(oids), BATCH):
-                self.rebuilding = (start, len(oids))
+                self.filling = (start, len(oids))
                 await self._add(oids[start : start + BATCH])
-            self.rebuilding = (len(oids), len(oids))
+            self.filling = (len(oids), len(oids))
             await self._index.commit()
+            if self._index.unfilled:  # (a fill that failed before)
+                await self._index.filled()
         except BaseException:
             # Otherwise the next commit would make the half-filled index the searched one.
             await asyncio.shield(self._index.rollback())
             raise
         finally:
-            self.rebuilding = None
+            self.filling = None
         return len(oids)
 
     async def _add(self, oids: Sequence[str]) -> None:

@@ -58,9 +58,13 @@ class Index(Protocol):
     """A full-text index of summary objects, keyed by ``oid``."""
 
     @property
-    def created(self) -> bool:
-        """Whether the index was created empty when opened (there was none, or one the engine
-        could not use): the caller fills it from the registry."""
+    def unfilled(self) -> bool:
+        """Whether the index has yet to be filled from the registry: it was created empty when
+        opened (there was none, or one the engine could not use), or by an earlier open and
+        ``filled`` was not called since (filling it was cut short)."""
+
+    async def filled(self) -> None:
+        """Record (durably) that the caller has filled the index from the registry."""
 
     async def add(self, objects: Sequence[IndexedObject]) -> None:
         """Add objects, replacing any with the same oid (visible after ``commit``)."""

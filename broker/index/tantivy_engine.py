@@ -54,6 +54,9 @@ _ENGINE_ERRORS = (ValueError, OSError, RuntimeError)
 # How tantivy says that an index exists with other fields (its only report of it).
 _LAYOUT_MISMATCH = "schema does not match"
 _WRITER_LOCK = ".tantivy-writer.lock"
+# Beside tantivy's files (which it leaves alone: it deletes only files it made), while a new
+# index has not been filled from the registry.
+_UNFILLED = ".harvest-unfilled"
 
 
 class _Engine:
@@ -63,7 +66,11 @@ class _Engine:
     def __init__(self, directory: Path, heap_bytes: int, threads: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.schema = schema.build_schema()
-        self.created = not tantivy.Index.exists(str(directory))
+        # Made before the index it marks: a new index is unfilled until ``filled`` removes it,
+        # over as many opens as filling it takes.
+        self.unfilled_marker = directory / _UNFILLED
+        if not tantivy.Index.exists(str(directory)):
+            self.unfilled_marker.touch()
         try:
             self.index = tantivy.Index(self.schema, path=str(directory), reuse=True)
         except ValueError as error:
@@ -72,8 +79,9 @@ class _Engine:
                 raise
             _discard(directory)
             log.warning("the index in %s had another layout: starting a new one", directory)
-            self.created = True
+            self.unfilled_marker.touch()
             self.index = tantivy.Index(self.schema, path=str(directory))
+        self.unfilled = self.unfilled_marker.exists()
         # Reload only when this process commits: no file watching, no surprise reloads.
         self.index.config_reader(reload_policy="manual")
         self.writer: tantivy.IndexWriter | None = self.index.writer(heap_bytes, threads)
@@ -204,6 +212,10 @@ class _Engine:
     def count(self) -> int:
         return self.current[1].num_docs
 
+    def filled(self) -> None:
+        self.unfilled_marker.unlink(missing_ok=True)
+        self.unfilled = False
+
 
 def _discard(directory: Path) -> None:
     """Remove the index in ``directory`` and leave the directory empty, unless another process
@@ -257,10 +269,11 @@ class TantivyIndex:
         return cls(engine, writer)
 
     @property
-    def created(self) -> bool:
-        """Whether the index was created empty when opened: there was none, or one of another
-        layout, which was discarded."""
-        return self._engine.created
+    def unfilled(self) -> bool:
+        return self._engine.unfilled
+
+    async def filled(self) -> None:
+        await self._write(self._engine.filled)
 
     async def __aenter__(self) -> Self:
         return self

@@ -244,7 +244,7 @@ async def test_a_new_index_is_filled_while_the_broker_serves_the_registry(
             assert response.status == 503
             error = (await response.json())["error"]
         assert "the index is being filled from the registry" in error
-        await until(lambda: broker.sync.rebuilding is not None)
+        await until(lambda: broker.sync.filling is not None)
         async with session.get(f"{base}/api/search", params={"q": "kept"}) as response:
             assert response.status == 503
             assert f"of {count:,} objects" in (await response.json())["error"]
@@ -255,7 +255,7 @@ async def test_a_new_index_is_filled_while_the_broker_serves_the_registry(
         status = await get_json(session, f"{base}/api/status")
         assert status["objects"] == count
         assert status["index"]["ready"] is False
-        assert status["index"]["rebuilding"]["of"] == count
+        assert status["index"]["filling"]["of"] == count
         metrics = await (await session.get(f"{base}/metrics")).text()
         assert "harvest_broker_index_ready 0.0" in metrics
         async with session.get(f"{base}/", params={"q": "kept"}) as response:
@@ -271,7 +271,7 @@ async def test_a_new_index_is_filled_while_the_broker_serves_the_registry(
             "backlog": 0,
             "ready": True,
             "state": "ready",
-            "rebuilding": None,
+            "filling": None,
         }
         metrics = await (await session.get(f"{base}/metrics")).text()
         assert "harvest_broker_index_ready 1.0" in metrics
@@ -301,6 +301,7 @@ async def test_a_failed_fill_is_reported_until_a_rebuild_succeeds(
             patched.undo()
             rebuilt = await call(session, "POST", f"{base}/api/admin/rebuild", 200)
             assert rebuilt["indexed"] == 3
+            assert not broker.index.unfilled  # the next start does not fill it again
             answer = await get_json(session, f"{base}/api/search", params={"q": "kept"})
             assert answer["total"] == 3
 
@@ -498,7 +499,7 @@ async def test_status_reports_objects_index_and_each_collections_schedule(
         "backlog": 0,
         "ready": True,
         "state": "ready",
-        "rebuilding": None,
+        "filling": None,
     }
     by_name = {c["name"]: c for c in status["collections"]}
     good, down = by_name["good"], by_name["down"]

@@ -178,7 +178,7 @@ async def test_collect_offline_pulls_into_the_data_directory(tmp_path: Path) -> 
         status, _, err = await cli("collect", "--offline", "-c", str(config))
         assert status == 0, err
         async with await TantivyIndex.open(data / "index") as index:
-            assert not index.created
+            assert not index.unfilled
             assert await index.count() == 3  # every object, not only the (no) new changes
 
 

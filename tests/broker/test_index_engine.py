@@ -636,11 +636,16 @@ async def test_an_index_killed_while_writing_opens_with_its_last_commit(tmp_path
 async def test_an_index_of_another_layout_is_replaced_by_an_empty_one(tmp_path: Path) -> None:
     directory = tmp_path / "index"
     async with await TantivyIndex.open(directory) as index:
-        assert index.created
+        assert index.unfilled
         await index.add(OBJECTS[:2])
         await index.commit()
+    # Unfilled until its filler says otherwise (filling may be cut short, as by a crash).
     async with await TantivyIndex.open(directory) as index:
-        assert not index.created
+        assert index.unfilled
+        await index.filled()
+        assert not index.unfilled
+    async with await TantivyIndex.open(directory) as index:
+        assert not index.unfilled
         assert await index.count() == 2
     shutil.rmtree(directory)
     directory.mkdir()
@@ -655,7 +660,7 @@ async def test_an_index_of_another_layout_is_replaced_by_an_empty_one(tmp_path: 
     assert (directory / "meta.json").exists()
     writer.wait_merging_threads()  # ends the writer and its lock
     async with await TantivyIndex.open(directory) as index:
-        assert index.created
+        assert index.unfilled
         assert await index.count() == 0
         await index.add(OBJECTS[:1])
         await index.commit()

@@ -34,8 +34,11 @@ class Watched:
         self.resume = asyncio.Event()
 
     @property
-    def created(self) -> bool:
-        return self.index.created
+    def unfilled(self) -> bool:
+        return self.index.unfilled
+
+    async def filled(self) -> None:
+        await self.index.filled()
 
     async def add(self, objects: Sequence[IndexedObject]) -> None:
         self.adds += 1
@@ -124,15 +127,33 @@ async def test_a_new_index_gets_every_object_after_opening(
     await registry.mark_indexed(await registry.last_seq())
     async with await TantivyIndex.open(tmp_path / "new") as opened:
         index = Watched(opened)
-        assert index.created
+        assert index.unfilled
         await IndexSync(registry, index).after_opening()
         assert await index.count() == RECORDS
     async with await TantivyIndex.open(tmp_path / "new") as opened:
         index = Watched(opened)
-        assert not index.created
+        assert not index.unfilled
         await IndexSync(registry, index).after_opening()
         assert index.adds == 0  # an index that was there only catches up (nothing to do)
         assert await index.count() == RECORDS
+
+
+async def test_a_fill_cut_short_is_done_again_at_the_next_opening(
+    registry: Registry, tmp_path: Path
+) -> None:
+    await registry.mark_indexed(await registry.last_seq())
+    async with await TantivyIndex.open(tmp_path / "new") as opened:
+        failing = Watched(opened, fail_at_add=3)
+        with pytest.raises(EngineError):
+            await IndexSync(registry, failing, commit_every=1_000).after_opening()
+        assert await opened.count() == 2_000  # committed, the registry's mark moved
+    async with await TantivyIndex.open(tmp_path / "new") as opened:
+        assert opened.unfilled
+        await IndexSync(registry, opened).after_opening()
+        assert await opened.count() == RECORDS
+        assert await opened.oids() == await registry.oids()
+    async with await TantivyIndex.open(tmp_path / "new") as opened:
+        assert not opened.unfilled
 
 
 async def test_searches_see_the_old_objects_until_a_rebuild_commits(
