@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,10 +93,12 @@ class IndexSync:
         log.info("index filled: %d objects in %.1f s", total, time.monotonic() - began)
 
     async def catch_up(self, objects: int | None = None) -> int:
-        """Apply every change the index has not seen; returns how many were applied (while
-        ``filling`` shows the objects added of ``objects``, when given). The registry's mark
-        moves after each index commit, so what a failure interrupts is applied again next
-        time."""
+        """Apply every change the index has not seen; returns how many were applied. The
+        registry's mark moves after each index commit, so what a failure interrupts is
+        applied again next time. Given ``objects`` (a fill), ``filling`` shows how many were
+        added of them, and the index commits only at the end: a fill cut short is done again
+        from the first change, so committing on the way would only make more segments."""
+        commit_every = self._commit_every if objects is None else math.inf
         applied = pending = added = 0
         seq = await self._registry.indexed_seq()
         try:
@@ -115,7 +118,7 @@ class IndexSync:
                     seq = changes[-1].seq
                     applied += len(changes)
                     pending += len(changes)
-                if pending and (not changes or pending >= self._commit_every):
+                if pending and (not changes or pending >= commit_every):
                     await self._index.commit()
                     await self._registry.mark_indexed(seq)
                     pending = 0

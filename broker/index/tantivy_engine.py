@@ -116,10 +116,11 @@ class _Engine:
         # waits for the commit) in the last commit's objects; one of a deleted object may be
         # counted too, which costs only a delete that finds nothing.
         _, searcher = self.current
+        committed = not self.cleared and searcher.num_docs > 0
         held = [
             oid
             for oid in latest
-            if oid in self.staged or (not self.cleared and searcher.doc_freq(schema.OID, oid))
+            if oid in self.staged or (committed and searcher.doc_freq(schema.OID, oid))
         ]
         if held:
             # One delete operation, ordered before the documents that replace them.
