@@ -127,9 +127,10 @@ class _Engine:
             writer.delete_documents_by_query(
                 tantivy.Query.term_set_query(self.schema, schema.OID, held)
             )
+        # Before adding: a batch cut short still has its oids deleted if added again.
+        self.staged.update(latest)
         for document in documents:
             writer.add_document(document)
-        self.staged.update(latest)
 
     def remove(self, oids: Sequence[str]) -> None:
         writer = self.live_writer()
