@@ -52,7 +52,7 @@ async def load(directory: Path, records: int, seed: int) -> tuple[Corpus, list[o
                 await pull.add(made[start : start + BATCH])
             await pull.commit(cursor="0", complete=False, now=time.time(), default_ttl=1e8)
         async with await TantivyIndex.open(directory / "index") as index:
-            await IndexSync(registry, index).catch_up()
+            await IndexSync(registry, index).after_opening()
     return corpus, list(made), time.perf_counter() - started
 
 
