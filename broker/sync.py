@@ -10,6 +10,11 @@ once a read batch: each commit flushes a segment per indexing thread, and small 
 are merged again and again. Committed every 1,000, 100,000 generated records made 10
 segments (199 MB), and a two-error query's p99 in the index was 19 ms; every 20,000, 3
 segments (173 MB) and 6-10 ms (bench/README.md, "Broker index").
+
+A new index is filled the same way, from the first change, and committed once at the end;
+until its filling ends it stays ``unfilled`` (the engine keeps that across opens), so one
+cut short is done again. ``rebuild`` replaces a live index in one commit instead: searches
+see the old objects until then.
 """
 
 from __future__ import annotations
