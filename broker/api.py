@@ -53,7 +53,14 @@ from broker import web as page
 from broker.app import INDEX_DIR, REGISTRY_FILE
 from broker.collector import PullResult
 from broker.config import CollectionConfig, from_mapping
-from broker.errors import ConfigError, EngineError, QuerySyntaxError, ReplicaError, StorageError
+from broker.errors import (
+    ConfigError,
+    EngineError,
+    IndexNotReady,
+    QuerySyntaxError,
+    ReplicaError,
+    StorageError,
+)
 from broker.metrics import INTERFACES, QUERY_OUTCOMES, BrokerMetrics, software_version
 from broker.scheduler import CollectionStatus, Scheduler
 from broker.search import Page
@@ -68,6 +75,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SOIF_TYPE = "application/x-soif"
 DEFAULT_LIMIT = 10
 MAX_OFFSET = 100_000  # deeper pages cost the index more than any client needs
+RETRY_FILLING = 10  # seconds a search refused while a new index fills is told to wait
 _OID = re.compile(r"[0-9a-f]{32}")
 _INTEGER = re.compile(r"[0-9]{1,9}")
 _TTL = number(1, 1e9)  # the configuration's check of broker.default_ttl
@@ -637,6 +645,10 @@ def make_app(broker: Broker) -> web.Application:
             return _problem(request, 400, str(error))
         except ConfigError as error:
             return _problem(request, 400, "; ".join(error.problems), problems=error.problems)
+        except IndexNotReady as error:
+            response = _problem(request, 503, f"the broker cannot answer now: {error}")
+            response.headers["Retry-After"] = str(RETRY_FILLING)
+            return response
         except (StorageError, EngineError) as error:
             return _problem(request, 503, f"the broker cannot answer now: {error}")
         except web.HTTPException as error:

@@ -242,6 +242,7 @@ async def test_a_new_index_is_filled_while_the_broker_serves_the_registry(
         base = url_of(broker)
         async with session.get(f"{base}/api/search", params={"q": "kept"}) as response:
             assert response.status == 503
+            assert response.headers["Retry-After"] == "10"
             error = (await response.json())["error"]
         assert "the index is being filled from the registry" in error
         await until(lambda: broker.sync.filling is not None)
