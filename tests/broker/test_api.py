@@ -5,6 +5,8 @@ export service."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import shutil
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -534,6 +536,9 @@ async def test_stats_and_metrics_count_queries_pulls_and_collections(
             await get_json(session, f"{base}/api/search", 400, params={"q": "a AND"})
             async with session.get(f"{base}/?q=metrics") as response:
                 assert response.status == 200
+            async with session.get(f"{base}/bulk") as response:  # what another broker pulls
+                assert response.status == 200
+                await response.read()
             async with session.post(
                 f"{base}/api/admin/gc", headers={"Authorization": f"Bearer {TOKEN}"}
             ) as response:
@@ -569,10 +574,28 @@ async def test_stats_and_metrics_count_queries_pulls_and_collections(
     assert value("harvest_broker_http_requests_total", route="/api/search", status="2xx") == 2
     assert value("harvest_broker_http_requests_total", route="/api/search", status="4xx") == 1
     await promtool_check(text)
+    # Every metric the broker's dashboard and alerts use is one a broker exposes.
+    exposed = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    used = _deploy_metrics()
+    assert len(used) >= 12
+    assert used <= exposed, used - exposed
     # Bounded labels: never a query or a URL.
     assert "zebra" not in text
     assert "metrics.example" not in text
     assert source not in text
+
+
+def _deploy_metrics() -> set[str]:
+    """The metrics named in deploy/grafana/harvest-broker.json and the broker alerts."""
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    dashboard = json.loads((deploy / "grafana" / "harvest-broker.json").read_text())
+    texts = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    texts += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    alerts = (deploy / "prometheus" / "alerts.yml").read_text()
+    texts.append(alerts[alerts.index("- name: harvest-broker") :])
+    return {
+        name for text in texts for name in re.findall(r"\b(?:harvest_broker|process)_[a-z_]+", text)
+    }
 
 
 # -- admin ----------------------------------------------------------------------------------
