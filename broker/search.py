@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from broker.index.interface import Index
+from broker.index.interface import Index, NearWords
 from broker.match import matches, needs_check
 from broker.query.ast import Node
 from broker.query.parser import describe, parse
@@ -66,25 +66,28 @@ class Searcher:
         """The page of results for ``text`` (QuerySyntaxError if it does not parse)."""
         node = parse(text, case_sensitive=case_sensitive)
         if needs_check(node):
-            scored, total, exact = await self._checked(node, limit, offset)
+            scored, total, exact, near = await self._checked(node, limit, offset)
         else:
             found = await self._index.search(node, limit=limit, offset=offset)
             stored = await self._registry.get_many([hit.oid for hit in found.hits])
             scored = [(stored[h.oid], h.score) for h in found.hits if h.oid in stored]
-            total, exact = found.total, True
-        results = tuple(_result(node, s, score) for s, score in scored)
+            total, exact, near = found.total, True, found.near
+        results = tuple(_result(node, s, score, near) for s, score in scored)
         return Page(describe(node), total, exact, offset, limit, results)
 
     async def _checked(
         self, node: Node, limit: int, offset: int
-    ) -> tuple[list[tuple[Stored, float]], int, bool]:
+    ) -> tuple[list[tuple[Stored, float]], int, bool, NearWords]:
         """Read candidates in chunks, keep those that really match: the requested page, the
-        number of matches seen and whether that number is exact."""
+        number of matches seen, whether that number is exact, and the words approximate
+        words became."""
         kept: list[tuple[Stored, float]] = []
         matched = 0
         start = 0
+        near: NearWords = {}
         while start < MAX_CHECKED:
             found = await self._index.search(node, limit=CHUNK, offset=start)
+            near = found.near
             stored = await self._registry.get_many([hit.oid for hit in found.hits])
             candidates = [(stored[h.oid], h.score) for h in found.hits if h.oid in stored]
             # Regular expressions over whole values are CPU work: off the event loop.
@@ -94,15 +97,15 @@ class Searcher:
                 matched += 1
             start += CHUNK
             if start >= found.total:
-                return kept, matched, True
-        return kept, matched, False
+                return kept, matched, True, near
+        return kept, matched, False, near
 
 
 def _matching(node: Node, candidates: list[tuple[Stored, float]]) -> list[tuple[Stored, float]]:
     return [(s, score) for s, score in candidates if matches(node, attributes_text(s.record))]
 
 
-def _result(node: Node, stored: Stored, score: float) -> Result:
+def _result(node: Node, stored: Stored, score: float, near: NearWords) -> Result:
     record = stored.record
     return Result(
         oid=stored.oid,
@@ -111,6 +114,6 @@ def _result(node: Node, stored: Stored, score: float) -> Result:
         gatherer=stored.gatherer,
         template=record.template,
         score=score,
-        snippets=snippets(node, attributes_text(record)),
+        snippets=snippets(node, attributes_text(record), near),
         update_time=stored.update_time,
     )

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from functools import cache
+from types import MappingProxyType
 
+from broker.index.interface import NearWords
 from broker.match import Attributes, token_spans, tokens, word_matches
 from broker.query.ast import And, Node, Not, Or, Pattern, Phrase, Word
 
@@ -36,14 +38,22 @@ SKIPPED = frozenset(
 )
 
 
-def snippets(node: Node, attributes: Attributes) -> tuple[tuple[str, str], ...]:
-    """Up to MAX_SNIPPETS (attribute, marked snippet) pairs, in attribute order."""
+# No approximate word's words chosen: every word within its errors is marked.
+_ANY_NEAR: NearWords = MappingProxyType({})
+
+
+def snippets(
+    node: Node, attributes: Attributes, near: NearWords | None = None
+) -> tuple[tuple[str, str], ...]:
+    """Up to MAX_SNIPPETS (attribute, marked snippet) pairs, in attribute order. ``near``:
+    the words an approximate word became in the index (``Results.near``), where it chose
+    among those within its errors; only those are marked."""
     terms = list(_positive_terms(node))
     out: list[tuple[str, str]] = []
     for name, value in attributes:
         if name.lower() in SKIPPED or not value:
             continue
-        spans = _spans(terms, name, value)
+        spans = _spans(terms, name, value, near or _ANY_NEAR)
         if spans:
             out.append((name, _window(value, spans)))
             if len(out) == MAX_SNIPPETS:
@@ -66,13 +76,15 @@ def _applies(term: Word | Phrase | Pattern, name: str) -> bool:
     return term.attribute is None or term.attribute.lower() == name.lower()
 
 
-def _spans(terms: list[Word | Phrase | Pattern], name: str, value: str) -> list[tuple[int, int]]:
+def _spans(
+    terms: list[Word | Phrase | Pattern], name: str, value: str, near: NearWords = _ANY_NEAR
+) -> list[tuple[int, int]]:
     """The spans of ``value`` that its snippet may mark: every term's first, and the rest of
     them up to where the window from the first of all ends (``_window`` shows no others).
     Each term's matches are read in order and no further, so a long value holding a common
     word is not scanned to its end."""
     text = _Text(value)
-    readers = [_term_spans(term, text) for term in terms if _applies(term, name)]
+    readers = [_term_spans(term, text, near) for term in terms if _applies(term, name)]
     firsts = [span for span in (next(reader, None) for reader in readers) if span is not None]
     if not firsts:
         return []
@@ -115,7 +127,9 @@ def _lowers(word: Word) -> bool:
     return not word.case_sensitive and word.text.isascii()
 
 
-def _term_spans(term: Word | Phrase | Pattern, text: _Text) -> Iterator[tuple[int, int]]:
+def _term_spans(
+    term: Word | Phrase | Pattern, text: _Text, near_words: NearWords
+) -> Iterator[tuple[int, int]]:
     """``term``'s spans in ``text``, in order of their starts."""
     value = text.value
     if isinstance(term, Pattern):
@@ -141,10 +155,13 @@ def _term_spans(term: Word | Phrase | Pattern, text: _Text) -> Iterator[tuple[in
     )
     # Tokens too long or short to be within the word's errors are passed over unread.
     size, errors = len(term.text), term.errors
+    chosen = near_words.get((term.text.lower(), errors))
     return (
         (s, e)
         for s, e, token in candidates
-        if (term.prefix or abs(len(token) - size) <= errors) and word_matches(term, token)
+        if (term.prefix or abs(len(token) - size) <= errors)
+        and word_matches(term, token)
+        and (chosen is None or token.lower() in chosen)
     )
 
 

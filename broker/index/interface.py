@@ -7,8 +7,8 @@ them. Every method may run in a thread: implementations must not block the event
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.query.ast import Node
@@ -46,12 +46,19 @@ class Hit:
     snippets: tuple[tuple[str, str], ...] = ()
 
 
+# An approximate word's token and errors, and the words it became in the index.
+NearWords = Mapping[tuple[str, int], frozenset[str]]
+
+
 @dataclass(frozen=True, slots=True)
 class Results:
-    """``total`` matching objects; ``hits`` the requested page of them, best first."""
+    """``total`` matching objects; ``hits`` the requested page of them, best first.
+    ``near``: the words each approximate word became, where the engine chose among the words
+    within its errors (its snippets mark no others)."""
 
     total: int
     hits: tuple[Hit, ...]
+    near: NearWords = field(default_factory=dict)
 
 
 class Index(Protocol):

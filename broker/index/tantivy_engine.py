@@ -181,7 +181,7 @@ class _Engine:
         hits = tuple(Hit(_oid(searcher, address), score) for score, address in found.hits[:limit])
         # The stubs lack SearchResult.count, which is set when counting was asked for.
         total: int = found.count  # type: ignore[attr-defined]
-        return Results(total, hits)
+        return Results(total, hits, context.near)
 
     def vocabulary_current(self) -> bool:
         return self.vocabulary[0] >= self.current[0]

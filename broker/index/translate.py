@@ -30,7 +30,7 @@ import importlib
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import tantivy
@@ -92,6 +92,8 @@ class Context:
     searcher: tantivy.Searcher
     analyzer: Analyzer
     vocabulary: Vocabulary | None
+    # Filled by translation: the words each approximate token became (from the vocabulary).
+    near: dict[tuple[str, int], frozenset[str]] = field(default_factory=dict)
 
 
 def needs_verification(node: Node) -> bool:
@@ -132,6 +134,7 @@ class _Translator:
         self.tokens = context.analyzer.tokens
         self.analyzer = context.analyzer
         self.vocabulary = context.vocabulary
+        self.near_words = context.near
 
     # ``positive``: the node is under an even number of Nots, so a superset of its matches
     # keeps the whole query a superset; under an odd number a subset does.
@@ -251,11 +254,13 @@ class _Translator:
         )
 
     def near(self, token: str, errors: int, targets: Sequence[Target]) -> tantivy.Query:
-        return self.expanded(
-            lambda vocabulary: vocabulary.near(token, errors, NEAR_LIMIT),
-            lambda t: self.automaton(t, token, errors, False),
-            targets,
-        )
+        def look_up(vocabulary: Vocabulary) -> Expansion | None:
+            expansion = vocabulary.near(token, errors, NEAR_LIMIT)
+            if expansion is not None and expansion.words is not None:
+                self.near_words[(token, errors)] = frozenset(expansion.words)
+            return expansion
+
+        return self.expanded(look_up, lambda t: self.automaton(t, token, errors, False), targets)
 
     def expanded(
         self,

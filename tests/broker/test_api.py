@@ -191,6 +191,24 @@ async def test_snippets_are_escaped_html(broker: Broker, session: aiohttp.Client
     assert snippet["html"] == "&lt;script&gt;alert(1)&lt;/script&gt; &amp; <mark>cache</mark>"
 
 
+async def test_snippets_mark_only_the_words_an_approximate_word_became(
+    broker: Broker, session: aiohttp.ClientSession
+) -> None:
+    # 52 words within two edits of "tree": more than it becomes (the nearest 40; "tread",
+    # two edits and the longest, is left out).
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = [*sorted({f"t{c}ee" for c in letters} | {f"tre{c}" for c in letters}), "tread"]
+    items = [make(f"http://w.example/{w}", f"about {w}") for w in words]
+    await load(broker, "c1", [*items, make("http://w.example/both", "a tree by the tread")])
+    await broker.index.refresh_vocabulary()
+    answer = await get_json(
+        session, f"{url_of(broker)}/api/search", params={"q": "Title: tree~2", "limit": "100"}
+    )
+    (both,) = [r for r in answer["results"] if r["url"] == "http://w.example/both"]
+    assert both["snippets"][0]["html"] == "a <mark>tree</mark> by the tread"
+    assert "http://w.example/tread" not in {r["url"] for r in answer["results"]}
+
+
 async def test_pages_cover_every_result_once(
     broker: Broker, session: aiohttp.ClientSession
 ) -> None:

@@ -245,6 +245,8 @@ async def test_an_approximate_word_becomes_its_nearest_words_up_to_the_limit(
         assert "tree" in found
         assert "tread" not in found
         assert found == {"tree", *sorted(set(words) - {"tree", "tread"})[: NEAR_LIMIT - 1]}
+        # The words it became, for the snippets to mark no others.
+        assert results.near == {("tree", 2): frozenset(found)}
 
 
 async def test_nearer_words_rank_first(tmp_path: Path) -> None:

@@ -105,6 +105,17 @@ def test_a_long_value_reads_no_further_than_its_window_needs(
     assert got == ((("Abstract", _window(text, expected)),) if expected else ())
 
 
+def test_an_approximate_word_marks_only_the_words_the_index_chose() -> None:
+    attributes = (("Title", "a tree, a trek and a tread"),)
+    term = Word("tree", errors=2)
+    assert marked(snippets(term, attributes)[0][1]) == "a [tree], a [trek] and a [tread]"
+    chosen = {("tree", 2): frozenset({"tree", "trek"})}
+    assert marked(snippets(term, attributes, chosen)[0][1]) == "a [tree], a [trek] and a tread"
+    # Another word's choice leaves this one's marks alone.
+    other = {("free", 2): frozenset({"free"})}
+    assert marked(snippets(term, attributes, other)[0][1]).count("[") == 3
+
+
 @settings(max_examples=500, deadline=None)
 @given(
     text=st.text(alphabet="abcdAB _-.é1", max_size=80),
