@@ -43,7 +43,7 @@ _ANY_NEAR: NearWords = MappingProxyType({})
 
 
 def snippets(
-    node: Node, attributes: Attributes, near: NearWords | None = None
+    node: Node, attributes: Attributes, near: NearWords = _ANY_NEAR
 ) -> tuple[tuple[str, str], ...]:
     """Up to MAX_SNIPPETS (attribute, marked snippet) pairs, in attribute order. ``near``:
     the words an approximate word became in the index (``Results.near``), where it chose
@@ -53,7 +53,7 @@ def snippets(
     for name, value in attributes:
         if name.lower() in SKIPPED or not value:
             continue
-        spans = _spans(terms, name, value, near or _ANY_NEAR)
+        spans = _spans(terms, name, value, near)
         if spans:
             out.append((name, _window(value, spans)))
             if len(out) == MAX_SNIPPETS:
