@@ -19,12 +19,14 @@ URL = "http://origin.test/big"
 NOW = 1_764_535_000.0
 
 
-def is_open(fd: int) -> bool:
+def file_of(fd: int) -> tuple[int, int] | None:
+    """The (device, inode) that ``fd`` refers to, None if it is closed. Another thread (an
+    earlier test's) may get the same number for another file once it is closed."""
     try:
-        os.fstat(fd)
+        stat = os.fstat(fd)
     except OSError:
-        return False
-    return True
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def test_a_copy_holds_the_body_and_is_freed_with_its_last_reference() -> None:
@@ -33,11 +35,13 @@ def test_a_copy_holds_the_body_and_is_freed_with_its_last_reference() -> None:
     copy = pages.copy(body)
     assert copy is not None
     fd = copy.fd
+    held = file_of(fd)
+    assert held is not None
     assert (copy.size, pages.held) == (len(body), len(body))
     assert os.pread(fd, len(body) + 1, 0) == body
     del copy
     assert pages.held == 0
-    assert not is_open(fd)
+    assert file_of(fd) != held
 
 
 @pytest.mark.parametrize(
@@ -113,6 +117,8 @@ def test_hot_entries_carry_copies_that_go_with_them(memory: MemoryTier, store: T
     assert entry is not None
     assert entry.pages is not None
     first_fd = entry.pages.fd
+    first_file = file_of(first_fd)
+    assert first_file is not None
     assert os.pread(first_fd, 200_001, 0) == first.body
     del entry
 
@@ -121,7 +127,7 @@ def test_hot_entries_carry_copies_that_go_with_them(memory: MemoryTier, store: T
     assert memory.put(URL, second)
     hot.add(URL.encode(), URL, second, 0.0, 60.0, NOW)
     assert pages.held == 150_000
-    assert not is_open(first_fd)
+    assert file_of(first_fd) != first_file
 
     # The memory tier lets the object go: the next lookup retires the entry and its copy.
     memory.delete(URL)
