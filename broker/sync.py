@@ -11,17 +11,15 @@ are merged again and again. Committed every 1,000, 100,000 generated records mad
 segments (199 MB), and a two-error query's p99 in the index was 19 ms; every 20,000, 3
 segments (173 MB) and 6-10 ms (bench/README.md, "Broker index").
 
-A new index is filled the same way, from the first change, and committed once at the end;
-until its filling ends it stays ``unfilled`` (the engine keeps that across opens), so one
-cut short is done again. ``rebuild`` replaces a live index in one commit instead: searches
-see the old objects until then.
+``rebuild`` fills the index with the registry's objects in one commit (searches see the old
+ones until then). A new index is filled so, and stays ``unfilled`` until then (the engine
+keeps that across opens), so that a filling cut short is done again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -84,54 +82,40 @@ class IndexSync:
 
     async def after_opening(self) -> None:
         """Bring a just-opened index up to the registry: an unfilled one (new, or one whose
-        filling was cut short) gets every object, as changes from the first; otherwise the
-        backlog a crash may have left is applied."""
-        if not self._index.unfilled:
-            await self.catch_up()
-            return
-        total = await self._registry.count()
-        log.info("index unfilled: adding the registry's %d objects", total)
-        began = time.monotonic()
-        await self._registry.mark_indexed(0)
-        await self.catch_up(total)
-        await self._index.filled()
-        log.info("index filled: %d objects in %.1f s", total, time.monotonic() - began)
+        filling was cut short) is rebuilt; then the backlog since the mark is applied."""
+        if self._index.unfilled:
+            # Every change up to here is in what the rebuild reads; later ones are caught up.
+            last = await self._registry.last_seq()
+            log.info("index unfilled: adding every object of the registry")
+            began = time.monotonic()
+            added = await self.rebuild()
+            await self._registry.mark_indexed(last)
+            log.info("index filled: %d objects in %.1f s", added, time.monotonic() - began)
+        await self.catch_up()
 
-    async def catch_up(self, objects: int | None = None) -> int:
+    async def catch_up(self) -> int:
         """Apply every change the index has not seen; returns how many were applied. The
         registry's mark moves after each index commit, so what a failure interrupts is
-        applied again next time. Given ``objects`` (a fill), ``filling`` shows how many were
-        added of them, and the index commits only at the end: a fill cut short is done again
-        from the first change, so committing on the way would only make more segments."""
-        commit_every = self._commit_every if objects is None else math.inf
-        applied = pending = added = 0
+        applied again next time."""
+        applied = pending = 0
         seq = await self._registry.indexed_seq()
-        try:
-            while True:
-                if objects is not None:
-                    self.filling = (added, objects)
-                changes = await self._registry.changes_since(seq, BATCH)
-                if changes:
-                    # Each object is listed once, as it now is, with its record: nothing to
-                    # read again (reading and decoding the records twice cost 15% of a
-                    # catch-up).
-                    removed = [c.oid for c in changes if c.kind == "remove"]
-                    await self._index.remove(removed)
-                    upserts = [indexed(c) for c in changes if c.kind == "upsert"]
-                    await self._index.add(upserts)
-                    added += len(upserts)
-                    seq = changes[-1].seq
-                    applied += len(changes)
-                    pending += len(changes)
-                if pending and (not changes or pending >= commit_every):
-                    await self._index.commit()
-                    await self._registry.mark_indexed(seq)
-                    pending = 0
-                if not changes:
-                    return applied
-        finally:
-            if objects is not None:
-                self.filling = None
+        while True:
+            changes = await self._registry.changes_since(seq, BATCH)
+            if changes:
+                # Each object is listed once, as it now is, with its record: nothing to read
+                # again (reading and decoding the records twice cost 15% of a catch-up).
+                removed = [c.oid for c in changes if c.kind == "remove"]
+                await self._index.remove(removed)
+                await self._index.add([indexed(c) for c in changes if c.kind == "upsert"])
+                seq = changes[-1].seq
+                applied += len(changes)
+                pending += len(changes)
+            if pending and (not changes or pending >= self._commit_every):
+                await self._index.commit()
+                await self._registry.mark_indexed(seq)
+                pending = 0
+            if not changes:
+                return applied
 
     async def reconcile(self) -> Reconciled:
         """Make the index hold exactly the registry's objects (after catching up)."""
@@ -158,7 +142,7 @@ class IndexSync:
                 await self._add(oids[start : start + BATCH])
             self.filling = (len(oids), len(oids))
             await self._index.commit()
-            if self._index.unfilled:  # (a fill that failed before)
+            if self._index.unfilled:  # (a new index, or one whose filling failed)
                 await self._index.filled()
         except BaseException:
             # Otherwise the next commit would make the half-filled index the searched one.
