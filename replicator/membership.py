@@ -30,7 +30,9 @@ The protocol is SWIM (Das, Gupta, Motivala 2002) as HashiCorp memberlist runs it
   a message to a member this node holds SUSPECT, DEAD or LEFT carries that claim first, so the
   member learns of it from the first message it exchanges and refutes without waiting for
   gossip to reach it; and every `reconnect_interval` one DEAD member is pinged, so two sides of
-  a healed partition that each declared the other dead find each other again.
+  a healed partition that each declared the other dead find each other again. A member told
+  of a claim against it older than its own incarnation (it refuted while the holder could not
+  hear) gossips its current claim again, since the refutation itself is long out of the queue.
 
 Local health awareness (Lifeguard's slowing of a node that is itself overloaded) and Nacks are
 not implemented: the group is small and the drivers are not expected to starve.
@@ -708,7 +710,13 @@ class Membership:
 
     def _refute(self, update: Update, now: float) -> None:
         me = self._members[self._id]
-        if self._left or update.incarnation < me.incarnation:
+        if self._left:
+            return
+        if update.incarnation < me.incarnation:
+            if update.state is not State.ALIVE:
+                # An accusation older than our last refutation: its holder missed that (a
+                # partition healed since), and nobody else gossips it any more. Announce it again.
+                self._enqueue(_as_update(me))
             return
         if (update.state, update.incarnation, update.address) == (
             State.ALIVE,

@@ -465,6 +465,23 @@ def test_a_member_refutes_every_claim_that_it_is_not_alive(
     assert [e for e in node.events() if e.id == "a"] == [Event("a", None, State.ALIVE)]
 
 
+def test_a_claim_older_than_the_members_refutation_is_answered_with_its_current_claim() -> None:
+    node = seeded("a", ["b"])
+    node.receive(Sync("b", (Update("a", addr("a"), State.SUSPECT, 0, "b"),)), 0.0)
+    assert known(node, "a").incarnation == 1
+    # Gossip the refutation to its retransmit limit, so that only the fix can send it again.
+    for seq in range(1, 20):
+        node.receive(Ping(seq, "b", (), addr("b")), 0.1)
+    (quiet,) = node.receive(Ping(20, "b", (), addr("b")), 0.2)
+    assert isinstance(quiet.message, Ack)
+    assert all(u.id != "a" for u in quiet.message.updates)
+    stale = Update("a", addr("a"), State.DEAD, 0, "c")
+    (ack,) = node.receive(Ping(21, "c", (stale,), addr("c")), 0.3)
+    assert isinstance(ack.message, Ack)
+    assert Update("a", addr("a"), State.ALIVE, 1, "a") in ack.message.updates
+    assert known(node, "a").incarnation == 1  # nothing to refute: no new incarnation
+
+
 @pytest.mark.parametrize(
     ("n", "confirmations", "dead_after"),
     [
@@ -843,6 +860,33 @@ def test_a_healed_partition_reunites_after_both_sides_declared_each_other_dead()
 
     net.run(until=90.0, stop=split)
     assert split()
+    net.loss.clear()
+    healed_at = net.now
+    reunited_at = net.run(until=healed_at + 60.0, stop=lambda: net.all_alive(members))
+    assert net.all_alive(members)
+    assert reunited_at - healed_at <= 2 * 5.0 + 5.0
+
+
+@pytest.mark.parametrize("seed", [31, 32, 33])
+def test_a_healed_partition_reunites_though_a_member_refuted_while_it_was_cut(seed: int) -> None:
+    # The left side declared the right dead at its incarnation then; a right member that has
+    # refuted a suspicion since is above that claim, and its refutation is no longer gossiped.
+    net = Net(MembershipParams(reconnect_interval=5.0), seed=seed)
+    members = net.group(5)
+    left, right = members[:3], members[3:]
+    for x in left:
+        for y in right:
+            net.loss[frozenset((x, y))] = 1.0
+    net.run(until=90.0, stop=lambda: all(net.view(x)[y] is State.DEAD for x in left for y in right))
+    victim, accuser = right
+    declared = known(net.nodes[left[0]], victim).incarnation
+    accusation = Update(victim, addr(victim), State.SUSPECT, declared, accuser)
+    net.send(
+        victim, net.nodes[victim].receive(Ping(1, accuser, (accusation,), addr(accuser)), net.now)
+    )
+    net.run(until=net.now + 30.0)
+    assert known(net.nodes[victim], victim).incarnation > declared
+    assert all(net.view(x)[y] is State.DEAD for x in left for y in right)
     net.loss.clear()
     healed_at = net.now
     reunited_at = net.run(until=healed_at + 60.0, stop=lambda: net.all_alive(members))
