@@ -86,6 +86,23 @@ def counting(headers: dict[str, str]) -> Handler:
     return handler
 
 
+# The least wait for ICP replies in tests. The default (Squid's 5 ms) is too short for a
+# loaded machine where the peers share a process, or two cores, with the test suite: an ICP
+# reply late by a few milliseconds makes a TIMEOUT_ where a test expects PARENT_HIT. Tests of
+# the dynamic wait itself set their own.
+ICP_TIMEOUT_MIN = 0.5
+
+
+def _icp_floor(raw: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
+    """``raw`` with ICP_TIMEOUT_MIN as its least ICP wait, unless it sets one (or a lower
+    most)."""
+    hierarchy = raw.setdefault("hierarchy", {})
+    most = hierarchy.get("icp_timeout_max", ICP_TIMEOUT_MIN)
+    assert isinstance(most, int | float)
+    hierarchy.setdefault("icp_timeout_min", min(ICP_TIMEOUT_MIN, most))
+    return raw
+
+
 def cache_config(tmp_path: Path, **sections: dict[str, object]) -> Config:
     """A cache config for tests: ephemeral port, store and log under tmp_path, no DNS."""
     raw: dict[str, dict[str, object]] = {
@@ -98,7 +115,7 @@ def cache_config(tmp_path: Path, **sections: dict[str, object]) -> Config:
     }
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
-    return from_mapping(raw)
+    return from_mapping(_icp_floor(raw))
 
 
 class ProxyClient:
@@ -516,7 +533,7 @@ def program_config(
     }
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
-    return raw
+    return _icp_floor(raw)
 
 
 async def promtool_check(text: str) -> None:
