@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -11,7 +11,32 @@ import pytest
 import uvloop
 
 from harvest_cache.server.app import CacheServer
+from tests.loopback import (
+    ANY_NETWORK,
+    check_namespace,
+    outside_loopback,
+    resolvers_on_loopback_only,
+)
 from tests.support import Origin, ProxyClient, cache_config
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to run outside a network namespace holding only loopback (tests/loopback.py)."""
+    check_namespace()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    reason = outside_loopback()
+    if reason is None:
+        return "network: loopback only (a namespace of its own)"
+    return f"network: NOT loopback only ({reason}; {ANY_NETWORK}=1)"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def loopback_resolvers() -> Iterator[None]:
+    """Every cache and gatherer the tests start in-process asks a resolver on loopback."""
+    with resolvers_on_loopback_only():
+        yield
 
 
 def pytest_asyncio_loop_factories(

@@ -16,9 +16,10 @@ from typing import cast
 import aiohttp
 from aiohttp import web
 
-from harvest_cache.config import Config, from_mapping
+from harvest_cache.config import Config, from_mapping, load
 from harvest_cache.hierarchy.icp import IcpMessage, decode, encode
 from harvest_cache.server.app import CacheServer
+from tests.loopback import require_loopback_resolver
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MakeCache = Callable[..., Awaitable[CacheServer]]
@@ -611,11 +612,19 @@ async def udp_querier() -> AsyncIterator[Querier]:
         transport.close()
 
 
+def cache_argv(config: Path, *args: str) -> list[str]:
+    """``python -m harvest_cache --config FILE ARGS``, once the file is seen to give the cache
+    a resolver on loopback (reads the file: call it off the event loop)."""
+    require_loopback_resolver(load(config).dns)
+    return [sys.executable, "-m", "harvest_cache", "--config", str(config), *args]
+
+
 def spawn(config: Path, stderr: Path) -> subprocess.Popen[bytes]:
     """``python -m harvest_cache --config FILE``, its stderr to the file ``stderr``."""
+    argv = cache_argv(config)
     with stderr.open("wb") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "harvest_cache", "--config", str(config)],
+            argv,
             cwd=REPO,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -1,24 +1,13 @@
 """broker.web: the search page in a real browser. Headless Chromium is driven over the
-DevTools protocol (aiohttp's websocket client): a query is typed into the form and
-submitted, and the results are read back from the DOM. Also the page's escaping, paging,
-filters, error display, accessibility basics, and the help page's sync with the docs.
-
-Chromium comes from Debian's ``chromium`` package (scripts/test.sh installs it); without it
-these tests fail with a message saying so, they do not skip.
+DevTools protocol (tests/browser.py): a query is typed into the form and submitted, and the
+results are read back from the DOM. Also the page's escaping, paging, filters, error display,
+accessibility basics, and the help page's sync with the docs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
-import os
-import shutil
-import signal
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -28,156 +17,33 @@ import pytest
 
 from broker.app import Broker
 from broker.web import combined_query, marked_html, marked_parts, query_help_html
+from tests import browser
 from tests.broker.test_api import load, make, running, url_of
+from tests.browser import Tab, tab
 from tests.support import REPO
-
-STEP = 15.0  # seconds any one browser step may take
 
 
 @pytest.fixture(scope="module")
 def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A headless Chromium for the module's tests; yields its DevTools port."""
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.fail(
-            "chromium is not on PATH: the search page's browser tests need Debian's chromium"
-            " package (scripts/test.sh installs it: apt-get install chromium)",
-            pytrace=False,
-        )
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    log = (profile.parent / "chromium.log").open("wb")
-    # Chromium leaves its singleton socket's directory in TMPDIR: keep it in pytest's.
-    scratch = tmp_path_factory.mktemp("chromium-tmp")
-    process = subprocess.Popen(
-        [
-            path,
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--no-default-browser-check",
-            "--remote-debugging-port=0",
-            f"--user-data-dir={profile}",
-            "about:blank",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-        env={**os.environ, "TMPDIR": str(scratch)},
-        start_new_session=True,  # its helpers (zygote, renderers) share its process group
+    with browser.chromium(tmp_path_factory.mktemp("chromium")) as port:
+        yield port
+
+
+async def params(page: Tab) -> dict[str, list[str]]:
+    return parse_qs(urlsplit(await page.evaluate("location.href")).query)
+
+
+async def results_of(page: Tab) -> list[dict[str, Any]]:
+    return await page.evaluate(  # type: ignore[no-any-return]
+        """[...document.querySelectorAll('li.result')].map(r => ({
+            title: r.querySelector('h3').textContent,
+            href: r.querySelector('h3 a') ? r.querySelector('h3 a').getAttribute('href') : null,
+            url: r.querySelector('.url').textContent,
+            gatherer: r.querySelector('.gatherer').textContent,
+            snippets: [...r.querySelectorAll('dd.snippet')].map(s => s.innerHTML),
+        }))"""
     )
-    try:
-        active = profile / "DevToolsActivePort"
-        for _ in range(300):  # 30 s at most
-            if process.poll() is not None:
-                pytest.fail(f"chromium exited with {process.returncode}", pytrace=False)
-            lines = active.read_text().splitlines() if active.exists() else []
-            if lines and lines[0].isdigit():
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("chromium wrote no DevToolsActivePort within 30 s", pytrace=False)
-        yield int(lines[0])
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the group of the process we started
-            process.wait(10)
-        log.close()
-
-
-class DevToolsError(Exception):
-    """The browser answered a DevTools command with an error."""
-
-
-class Tab:
-    """One browser tab, driven over its DevTools websocket."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self._ws = ws
-        self._ids = itertools.count(1)
-
-    async def send(self, method: str, **params: Any) -> dict[str, Any]:
-        number = next(self._ids)
-        await self._ws.send_json({"id": number, "method": method, "params": params})
-        async with asyncio.timeout(STEP):
-            while True:  # events arrive in between: skip them
-                message = await self._ws.receive_json()
-                if message.get("id") == number:
-                    if "error" in message:
-                        raise DevToolsError(message["error"])
-                    result: dict[str, Any] = message["result"]
-                    return result
-
-    async def evaluate(self, expression: str) -> Any:
-        answer = await self.send("Runtime.evaluate", expression=expression, returnByValue=True)
-        assert "exceptionDetails" not in answer, answer["exceptionDetails"]
-        return answer["result"].get("value")
-
-    async def wait_until(self, expression: str) -> None:
-        """Poll ``expression`` in the page until it is true. A page navigating away while
-        it is asked (a submitted form) answers with an error: not true yet."""
-        for _ in range(int(STEP / 0.05)):
-            try:
-                if await self.evaluate(f"!!({expression})"):
-                    return
-            except DevToolsError as error:
-                if "navigated" not in str(error):
-                    raise
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"not true within {STEP} s: {expression}")
-
-    async def goto(self, url: str) -> None:
-        await self.send("Page.navigate", url=url)
-        await self.loaded(f"location.href === {json.dumps(url)}")
-
-    async def loaded(self, condition: str) -> None:
-        await self.wait_until(f"({condition}) && document.readyState === 'complete'")
-
-    async def fill(self, selector: str, value: str) -> None:
-        await self.evaluate(
-            f"document.querySelector({json.dumps(selector)}).value = {json.dumps(value)}"
-        )
-
-    async def click(self, selector: str) -> None:
-        try:
-            await self.evaluate(f"document.querySelector({json.dumps(selector)}).click()")
-        except DevToolsError as error:  # the click navigated before the answer: what it is for
-            if "navigated" not in str(error):
-                raise
-
-    async def params(self) -> dict[str, list[str]]:
-        return parse_qs(urlsplit(await self.evaluate("location.href")).query)
-
-    async def results(self) -> list[dict[str, Any]]:
-        return await self.evaluate(  # type: ignore[no-any-return]
-            """[...document.querySelectorAll('li.result')].map(r => ({
-                title: r.querySelector('h3').textContent,
-                href: r.querySelector('h3 a') ? r.querySelector('h3 a').getAttribute('href') : null,
-                url: r.querySelector('.url').textContent,
-                gatherer: r.querySelector('.gatherer').textContent,
-                snippets: [...r.querySelectorAll('dd.snippet')].map(s => s.innerHTML),
-            }))"""
-        )
-
-
-@asynccontextmanager
-async def tab(port: int) -> AsyncIterator[Tab]:
-    """A new tab in the browser, closed at the end."""
-    devtools = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as session:
-        async with session.put(f"{devtools}/json/new?about:blank") as response:
-            target = await response.json()
-        try:
-            async with session.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-                page = Tab(ws)
-                await page.send("Page.enable")
-                yield page
-        finally:
-            async with session.get(f"{devtools}/json/close/{target['id']}") as response:
-                await response.read()
 
 
 async def submit_search(page: Tab, **fields: str) -> None:
@@ -218,8 +84,8 @@ async def test_a_query_typed_into_the_form_lists_the_matching_objects(
         await page.goto(f"{url_of(broker)}/")
         assert await page.evaluate("document.title") == "Test Broker"
         await submit_search(page, q="Title: cache")
-        assert (await page.params())["q"] == ["Title: cache"]
-        results = await page.results()
+        assert (await params(page))["q"] == ["Title: cache"]
+        results = await results_of(page)
         assert sorted(r["title"] for r in results) == [
             "<script>window.__pwned = 1</script> cache trap",  # shown as text, not run
             "Object cache design",
@@ -249,30 +115,30 @@ async def test_filters_case_and_paging(chromium: int, broker: Broker) -> None:
     async with tab(chromium) as page:
         await page.goto(f"{url_of(broker)}/")
         await submit_search(page, q="cache", **{"f-author": "wessels"})
-        assert [r["title"] for r in await page.results()] == ["Object cache design"]
+        assert [r["title"] for r in await results_of(page)] == ["Object cache design"]
         canonical = await page.evaluate("document.querySelector('.canonical').textContent")
         assert canonical == "cache AND Author:wessels"
 
         await page.goto(f"{url_of(broker)}/")
         await page.evaluate("document.querySelector('#case').checked = true")
         await submit_search(page, q="Title: Object")
-        assert (await page.params())["case"] == ["1"]
-        assert [r["title"] for r in await page.results()] == ["Object cache design"]
+        assert (await params(page))["case"] == ["1"]
+        assert [r["title"] for r in await results_of(page)] == ["Object cache design"]
         await page.goto(f"{url_of(broker)}/")
         await page.evaluate("document.querySelector('#case').checked = true")
         await submit_search(page, q="Title: object")
-        assert await page.results() == []
+        assert await results_of(page) == []
 
         await page.goto(f"{url_of(broker)}/")
         await submit_search(page, q="paging", n="10")
-        seen = [r["url"] for r in await page.results()]
+        seen = [r["url"] for r in await results_of(page)]
         assert len(seen) == 10
         assert await page.evaluate("document.querySelector('a[rel=prev]')") is None
         before = await page.evaluate("location.href")
         await page.click("a[rel=next]")
         await page.loaded(f"location.href !== {json.dumps(before)}")
-        assert (await page.params())["start"] == ["10"]
-        last = await page.results()
+        assert (await params(page))["start"] == ["10"]
+        last = await results_of(page)
         assert len(last) == 2
         assert await page.evaluate("document.querySelector('a[rel=next]')") is None
         assert await page.evaluate("document.querySelector('ol.results').start") == 11
@@ -287,7 +153,7 @@ async def test_a_query_that_does_not_parse_is_shown_with_a_caret(
     async with tab(chromium) as page:
         await page.goto(f"{url_of(broker)}/")
         await submit_search(page, q="Title: (cache")
-        assert await page.results() == []
+        assert await results_of(page) == []
         reason = await page.evaluate("document.querySelector('.error .reason').textContent")
         assert reason.startswith("unclosed '(': no matching ')'")
         assert "at character 8" in reason

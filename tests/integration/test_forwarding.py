@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import os
 import re
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from tests.support import (
     Origin,
     ProxyClient,
     RawServer,
+    cache_argv,
     open_proxy,
     proxy_client,
     read_head,
@@ -844,16 +844,16 @@ async def test_one_gib_response_streams_through_in_bounded_memory(
         '[log]\naccess_log = "none"\nlevel = "info"\n'
         '[dns]\nhosts_file = "none"\nnameservers = ["127.0.0.1:9"]\n'
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "harvest_cache",
-        "--config",
-        str(config),
+    argv = await asyncio.to_thread(
+        cache_argv,
+        config,
         "--listen",
         "127.0.0.1:0",
         "--cache-dir",
         str(tmp_path / "cache"),
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
         stderr=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.DEVNULL,
     )

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import random
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +19,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.support import Origin, cache_status_members, free_port, wait_for_port, wait_until
+from tests.support import (
+    Origin,
+    cache_argv,
+    cache_status_members,
+    free_port,
+    wait_for_port,
+    wait_until,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "persist-cache"
@@ -104,16 +110,16 @@ class CacheProcess:
 
     async def start(self) -> None:
         self.port = free_port()
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "harvest_cache",
+        argv = await asyncio.to_thread(
+            cache_argv,
+            self.config,
             "--listen",
             f"127.0.0.1:{self.port}",
             "--cache-dir",
             str(self.cache_dir),
-            "--config",
-            str(self.config),
+        )
+        self.proc = await asyncio.create_subprocess_exec(
+            *argv,
             cwd=REPO,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,

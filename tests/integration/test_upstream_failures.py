@@ -7,20 +7,15 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import cast
 
 import aiohttp
-import dns.message
-import dns.rcode
-import dns.rdatatype
-import dns.rrset
 import pytest
 from aiohttp import web
 
 from harvest_cache.server.app import CacheServer
+from tests.dns_server import ScriptedDNS, Zone, scripted_dns
 from tests.support import (
     MakeCache,
     Origin,
@@ -36,52 +31,11 @@ from tests.support import (
 )
 
 
-class ScriptedDNS(asyncio.DatagramProtocol):
-    """A DNS server on 127.0.0.1: answers A queries from ``zone``, NXDOMAIN for other names,
-    and nothing at all for names in ``silent``."""
-
-    def __init__(self, zone: dict[str, str], silent: set[str]) -> None:
-        self.zone = zone
-        self.silent = silent
-        self.queries: Counter[str] = Counter()
-        self.transport: asyncio.DatagramTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.DatagramTransport, transport)
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        query = dns.message.from_wire(data)
-        question = query.question[0]
-        name = question.name.to_text(omit_final_dot=True).lower()
-        self.queries[name] += 1
-        if name in self.silent:
-            return
-        response = dns.message.make_response(query)
-        if name not in self.zone:
-            response.set_rcode(dns.rcode.NXDOMAIN)
-        elif question.rdtype == dns.rdatatype.A:
-            response.answer.append(
-                dns.rrset.from_text_list(question.name, 300, "IN", "A", [self.zone[name]])
-            )
-        assert self.transport is not None
-        self.transport.sendto(response.to_wire(), addr)
-
-    @property
-    def port(self) -> int:
-        assert self.transport is not None
-        port: int = self.transport.get_extra_info("sockname")[1]
-        return port
-
-
 @pytest.fixture
 async def dns_server() -> AsyncIterator[ScriptedDNS]:
-    loop = asyncio.get_running_loop()
-    transport, protocol = await loop.create_datagram_endpoint(
-        lambda: ScriptedDNS({"origin.harvest.test": "127.0.0.1"}, {"silent.harvest.test"}),
-        local_addr=("127.0.0.1", 0),
-    )
-    yield protocol
-    transport.close()
+    zone: Zone = {"origin.harvest.test": {"A": (300, ["127.0.0.1"])}}
+    async with scripted_dns(zone, silent={"silent.harvest.test"}, delay=0.0) as server:
+        yield server
 
 
 async def fetch(
@@ -108,13 +62,13 @@ async def test_unknown_name_gives_502_naming_the_dns_failure(
     status, text, _ = await fetch(cache, "GET", "http://nowhere.harvest.test/page")
     assert status == 502
     assert "no such domain" in text
-    asked = dns_server.queries["nowhere.harvest.test"]
+    asked = dns_server.count("nowhere.harvest.test")
     assert asked >= 1
     # The failure is remembered for a while: the next request does not ask again.
     status, text, _ = await fetch(cache, "POST", "http://nowhere.harvest.test/page", body=b"x")
     assert status == 502
     assert "no such domain" in text
-    assert dns_server.queries["nowhere.harvest.test"] == asked
+    assert dns_server.count("nowhere.harvest.test") == asked
 
 
 async def test_name_from_dns_reaches_the_origin(

@@ -6,16 +6,9 @@ import asyncio
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
-import dns.message
-import dns.rcode
-import dns.rdatatype
-import dns.rrset
 import pytest
 
 from harvest_cache.config import Address, DNSConfig
@@ -31,53 +24,7 @@ from harvest_cache.upstream.dns import (
     merge,
     parse_hosts,
 )
-
-# name -> record type -> (ttl, addresses)
-Zone = dict[str, dict[str, tuple[int, list[str]]]]
-
-
-@dataclass
-class ScriptedDNS(asyncio.DatagramProtocol):
-    """Answers from ``zone``; NXDOMAIN for other names, SERVFAIL or silence where scripted."""
-
-    zone: Zone
-    silent: set[str] = field(default_factory=set)
-    servfail: set[str] = field(default_factory=set)
-    delay: float = 0.05
-    queries: Counter[tuple[str, str]] = field(default_factory=Counter)
-    transport: asyncio.DatagramTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.DatagramTransport, transport)
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        query = dns.message.from_wire(data)
-        question = query.question[0]
-        name = question.name.to_text(omit_final_dot=True).lower()
-        rdtype = dns.rdatatype.to_text(question.rdtype)
-        self.queries[name, rdtype] += 1
-        if name in self.silent:
-            return
-        response = dns.message.make_response(query)
-        if name in self.servfail:
-            response.set_rcode(dns.rcode.SERVFAIL)
-        elif name not in self.zone:
-            response.set_rcode(dns.rcode.NXDOMAIN)
-        elif rdtype in self.zone[name]:
-            ttl, addresses = self.zone[name][rdtype]
-            response.answer.append(
-                dns.rrset.from_text_list(question.name, ttl, "IN", rdtype, addresses)
-            )
-        wire = response.to_wire()
-        asyncio.get_running_loop().call_later(self.delay, self._send, wire, addr)
-
-    def _send(self, wire: bytes, addr: tuple[str, int]) -> None:
-        assert self.transport is not None
-        self.transport.sendto(wire, addr)
-
-    def count(self, name: str) -> int:
-        return sum(n for (qname, _), n in self.queries.items() if qname == name)
-
+from tests.dns_server import ScriptedDNS, Zone, scripted_dns
 
 ZONE: Zone = {
     "both.test": {"A": (60, ["192.0.2.1", "192.0.2.2"]), "AAAA": (60, ["2001:db8::1"])},
@@ -91,13 +38,8 @@ ZONE: Zone = {
 
 @pytest.fixture
 async def server() -> AsyncIterator[ScriptedDNS]:
-    loop = asyncio.get_running_loop()
-    transport, protocol = await loop.create_datagram_endpoint(
-        lambda: ScriptedDNS({name: dict(types) for name, types in ZONE.items()}),
-        local_addr=("127.0.0.1", 0),
-    )
-    yield protocol
-    transport.close()
+    async with scripted_dns({name: dict(types) for name, types in ZONE.items()}) as protocol:
+        yield protocol
 
 
 @pytest.fixture
