@@ -101,6 +101,8 @@ class Traffic:
     tunnels_open: int = 0
     tunnel_bytes: int = 0
     aborted: int = 0
+    # Upstream connections closed for bytes after a complete response (or with none asked).
+    upstream_surplus: int = 0
 
     def ended(
         self,
@@ -259,6 +261,12 @@ class CacheCollector:
                 "harvest_cache_client_aborts",
                 "Requests whose client left before the response ended.",
                 traffic.aborted,
+            ),
+            (
+                "harvest_cache_upstream_surplus_closes",
+                "Upstream connections closed because bytes came after a complete response or"
+                " with no request outstanding (never parsed as a response, never reused).",
+                traffic.upstream_surplus,
             ),
         ):
             yield _counter(name, doc, (), {(): value})

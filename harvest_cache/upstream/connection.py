@@ -22,6 +22,9 @@ from harvest_cache.outbox import Outbox
 _HIGH_WATER = 1 << 20
 # Fields that delimit a body (without either, it ends when the connection closes).
 _FRAMING_FIELDS = frozenset({b"content-length", b"transfer-encoding"})
+# Interim responses one exchange may bring: an origin sending them without end would hold the
+# exchange open for ever, however short the read timeout.
+MAX_INTERIM = 64
 
 
 class ResponseHead:
@@ -76,6 +79,15 @@ class Listener(Protocol):
     def on_error(self, error: UpstreamError) -> None: ...
 
 
+def _chunked_alone(values: list[bytes]) -> bool:
+    """Whether Transfer-Encoding field values name chunked and no other coding."""
+    return [c.strip().lower() for v in values for c in v.split(b",")] == [b"chunked"]
+
+
+class _Surplus(Exception):
+    """Bytes came after the exchange's complete response: the parser stops at them."""
+
+
 class UpstreamConnection(asyncio.Protocol):
     """A connection that carries one exchange at a time (no pipelining upstream).
 
@@ -107,6 +119,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._spare_parser: httptools.HttpResponseParser | None = None
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._framed = False  # the head has Content-Length or Transfer-Encoding
+        self._codings: list[bytes] = []  # the values of its Transfer-Encoding fields
+        self._interims = 0  # interim responses so far in this exchange
         self._reason = b""
         self._head: ResponseHead | None = None  # the exchange's final head, once parsed
         # Made only when a reader awaits the head (a listened exchange never does).
@@ -157,8 +171,8 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._parser is None:
-            # Bytes outside an exchange: the origin is confused; never reuse it.
-            self.close()
+            # Bytes outside an exchange: never parsed as an answer, never reused.
+            self._cut_surplus()
             return
         self._heard = True
         self._traffic.bytes_from_upstream += len(data)
@@ -177,9 +191,17 @@ class UpstreamConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as e:
-            self._fail(UpstreamProtocolError(f"unparsable response from the origin: {e}"))
-            self.close()
-            return
+            if self._complete:
+                # A response ends at its framing: what follows it (a second response, a body
+                # after a HEAD's or a 204's head) is never part of it, nor of the next one.
+                self._cut_surplus()
+            else:
+                cause = e.__context__
+                if not isinstance(cause, UpstreamProtocolError):
+                    cause = UpstreamProtocolError(f"unparsable response from the origin: {e}")
+                self._fail(cause)
+                self.close()
+                return
         if self._ended:
             # Called once the parser is done with this data, so the listener may hand the
             # connection on (or back to the pool) at once.
@@ -187,7 +209,15 @@ class UpstreamConnection(asyncio.Protocol):
             if listener is not None:
                 listener.on_end()
 
+    def _cut_surplus(self) -> None:
+        self._traffic.upstream_surplus += 1
+        self.close()
+
     # -- httptools callbacks -----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._complete:
+            raise _Surplus
 
     def on_status(self, status: bytes) -> None:
         self._reason += status
@@ -198,6 +228,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._raw_headers.append((name, value))
         if len(name) in (14, 17) and name.lower() in _FRAMING_FIELDS:
             self._framed = True
+            if len(name) == 17:
+                self._codings.append(value)
 
     def on_headers_complete(self) -> None:
         parser = self._parser
@@ -205,12 +237,23 @@ class UpstreamConnection(asyncio.Protocol):
         status = parser.get_status_code()
         if 100 <= status < 200 and status != 101:
             # Interim responses are handed on here; the final one follows on this connection.
+            self._interims += 1
+            if self._interims > MAX_INTERIM:
+                raise UpstreamProtocolError(
+                    f"the origin sent more than {MAX_INTERIM} interim (1xx) responses"
+                )
             if self._interim is not None:
                 self._interim(status, self._reason.decode("latin-1"), self._raw_headers)
             self._raw_headers = []
             self._reason = b""
             self._framed = False
+            self._codings = []
             return
+        if self._codings and not _chunked_alone(self._codings):
+            # A coding other than chunked cannot be undone here, nor passed on (transfer
+            # codings are hop by hop): 502 before anything is sent, like Squid and nginx.
+            codings = b", ".join(self._codings).decode("latin-1")
+            raise UpstreamProtocolError(f"the origin's transfer coding {codings!r} is not chunked")
         head = ResponseHead(
             status,
             self._reason.decode("latin-1"),
@@ -234,7 +277,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         if self._head_only:
-            return
+            raise _Surplus  # (a body after a HEAD response's head)
         if self._listener is not None:
             self._listener.on_body(body)
             return
@@ -282,6 +325,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._raw_headers = []
         self._reason = b""
         self._framed = False
+        self._codings = []
+        self._interims = 0
         self._chunks.clear()
         self._buffered = 0
         self._complete = False
