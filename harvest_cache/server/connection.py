@@ -32,6 +32,9 @@ _LINGER = 2.0
 _MAX_QUEUED = 32
 # Bodies from this size are written gathered with their head (see ``write_response``).
 _GATHER = 4096
+# The framing of one chunk without extensions: a size line (16 hex digits at most, CRLF) and
+# the CRLF after its data.
+_CHUNK_LINE = 20
 # What ``_answer`` did with a head: nothing, answered it (a head a client is likely to send
 # again, worth remembering), or answered a one-off (a miss: its URL is new).
 _UNANSWERED, _AGAIN, _ONCE = object(), object(), object()
@@ -110,6 +113,11 @@ class ClientConnection(asyncio.Protocol):
         self._answered: ParsedHead | None = None
         self._again = False
         self._field_bytes = 0
+        self._hosts = 0  # Host fields in the head being read
+        # Of its chunked body: chunks begun, bytes of chunk framing read, trailer bytes.
+        self._chunks = 0
+        self._framing = 0
+        self._trailer_bytes = 0
         self._head_bytes = 0
         self._in_head = False
         self._current: Request | None = None
@@ -191,6 +199,11 @@ class ClientConnection(asyncio.Protocol):
             self._start_head()
         if self._in_head:
             self._head_bytes += len(data)
+            body = None
+        else:
+            body = self._current.body if self._current is not None else None
+        received = body.received if body is not None else 0
+        size = len(data)
         while data:
             try:
                 self._parser.feed_data(data)
@@ -229,6 +242,14 @@ class ClientConnection(asyncio.Protocol):
         limit = self._config.max_request_line + self._config.max_header_bytes
         if self._in_head and self._head_bytes > limit:
             self._reject(RequestError(431, "request head too large"))
+        elif body is not None and self._current is not None and self._current.body is body:
+            # A read wholly inside a body: what of it was not body is chunk framing. llhttp
+            # reads chunk extensions without a bound (and tells nothing of them), so they are
+            # bounded here, each chunk's like a header section.
+            self._framing += size - (body.received - received)
+            each = self._config.max_header_bytes + _CHUNK_LINE
+            if self._framing > (self._chunks + 1) * each + self._trailer_bytes:
+                self._reject(RequestError(400, "chunk extensions too long"))
 
     def _answer_unparsed(self, data: bytes) -> bool:
         """Answer a read that is a remembered head, or a plain request line and known fields
@@ -275,11 +296,16 @@ class ClientConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self._in_head:
             # A trailer field after a chunked body: never merged into a header section
-            # (RFC 9110 6.5.1), and never left for the next request's.
+            # (RFC 9110 6.5.1), and never left for the next request's; bounded like one.
+            self._trailer_bytes += len(name) + len(value) + 4
+            if self._trailer_bytes > self._config.max_header_bytes:
+                raise RequestError(431, "request trailer fields too large")
             return
         self._raw_headers.append((name, value))
         if name.lower() in SLOW_FIELDS:
             self._slow = True
+        if len(name) == 4 and name.lower() == b"host":
+            self._hosts += 1
         if len(self._raw_headers) > self._config.max_header_count:
             raise RequestError(431, "too many header fields")
         self._field_bytes += len(name) + len(value) + 4
@@ -290,14 +316,20 @@ class ClientConnection(asyncio.Protocol):
         self._in_head = False
         self._heads_read += 1
         parser = self._parser
-        if not self.busy and self._try_fast():
+        version = parser.get_http_version()
+        if version[:2] != "1.":
+            raise RequestError(505, f"HTTP/{version} is not supported: this proxy speaks HTTP/1.1")
+        if self._hosts != 1 and (self._hosts or version != "1.0"):
+            # RFC 9112 3.2: every HTTP/1.1 request carries one Host field; none or several: 400.
+            raise RequestError(400, f"{self._hosts or 'no'} Host fields: a request has one")
+        if not self.busy and self._try_fast(version):
             return
         self._method = parser.get_method().decode("ascii", "replace")
         headers = Headers.from_raw(self._raw_headers)
         req = Request(
             method=self._method,
             target=self._url.decode("latin-1"),
-            version=parser.get_http_version(),
+            version=version,
             headers=headers,
             keep_alive=parser.should_keep_alive(),
             started=time.monotonic(),
@@ -316,7 +348,7 @@ class ClientConnection(asyncio.Protocol):
             self._lean = False
         self._enqueue(req)
 
-    def _try_fast(self) -> bool:
+    def _try_fast(self, version: str) -> bool:
         method = self._parser.get_method()
         if self._slow or method not in (b"GET", b"HEAD"):
             return False
@@ -324,7 +356,7 @@ class ClientConnection(asyncio.Protocol):
         head: ParsedHead = (
             method,
             bytes(self._url),
-            parser.get_http_version(),
+            version,
             parser.should_keep_alive(),
             tuple(self._raw_headers),
         )
@@ -357,6 +389,9 @@ class ClientConnection(asyncio.Protocol):
             self._lean = False
             return _UNANSWERED
         return _AGAIN if planned == "refresh" else _ONCE
+
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
 
     def on_body(self, body: bytes) -> None:
         req = self._current
@@ -590,7 +625,11 @@ class ClientConnection(asyncio.Protocol):
         self._in_head = True
         self._slow = False
         self._field_bytes = 0
+        self._hosts = 0
         self._head_bytes = 0
+        self._chunks = 0
+        self._framing = 0
+        self._trailer_bytes = 0
         self._mark = self._loop.time()
         self._ensure_timer()
 

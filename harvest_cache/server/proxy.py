@@ -85,6 +85,7 @@ _DETAILS = {
     431: "head-too-large",
     501: "not-implemented",
     504: "only-if-cached",
+    505: "version-not-supported",
 }
 
 _REASONS = {
@@ -99,6 +100,7 @@ _REASONS = {
     502: "Bad Gateway",
     503: "Service Unavailable",
     504: "Gateway Timeout",
+    505: "HTTP Version Not Supported",
 }
 
 

@@ -19,6 +19,7 @@ from tests.support import (
     proxy_client,
     read_response,
     request_bytes,
+    stop_and_read_log,
     wait_until,
 )
 
@@ -470,3 +471,106 @@ async def test_smuggling_attempt_does_not_reach_the_origin(
     assert closed
     assert origin.hits["/smuggled"] == 0
     assert origin.hits["/front"] == 0
+
+
+# -- HTTP version and Host (RFC 9112 2.3, 3.2) ------------------------------------------------
+
+
+def version_and_host_cases(port: int) -> dict[str, tuple[bytes, int]]:
+    """A request and the status it must get."""
+    url = f"http://127.0.0.1:{port}/front"
+    host = f"Host: 127.0.0.1:{port}\r\n"
+    return {
+        "http-2.0": (f"GET {url} HTTP/2.0\r\n{host}\r\n".encode(), 505),
+        "http-2.0-with-body": (
+            f"POST {url} HTTP/2.0\r\n{host}Content-Length: 5\r\n\r\nhello".encode(),
+            505,
+        ),
+        "no-host-in-1.1": (f"GET {url} HTTP/1.1\r\nAccept: */*\r\n\r\n".encode(), 400),
+        "two-hosts": (f"GET {url} HTTP/1.1\r\n{host}{host}\r\n".encode(), 400),
+        "two-hosts-differing": (
+            f"GET {url} HTTP/1.1\r\n{host}Host: other.example\r\n\r\n".encode(),
+            400,
+        ),
+        "two-hosts-in-1.0": (f"GET {url} HTTP/1.0\r\n{host}{host}\r\n".encode(), 400),
+        # HTTP/1.0 has no Host requirement.
+        "no-host-in-1.0": (f"GET {url} HTTP/1.0\r\n\r\n".encode(), 200),
+    }
+
+
+@pytest.mark.parametrize("case", list(version_and_host_cases(1)))
+async def test_http_version_and_host_rules(origin: Origin, cache: CacheServer, case: str) -> None:
+    origin.route("/front", ok)
+    data, status = version_and_host_cases(origin.port)[case]
+    got, _, closed = await exchange(cache, data, expect_close=status != 200)
+    assert got == status
+    if status != 200:
+        assert closed, "a refused head closes the connection"
+        assert origin.hits["/front"] == 0
+
+
+async def test_a_refused_version_is_logged_with_its_status(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    cache = await make_cache()
+    data, _ = version_and_host_cases(origin.port)["http-2.0"]
+    assert (await exchange(cache, data))[0] == 505
+    [line] = await stop_and_read_log(cache)
+    assert (line.result, line.status) == ("NONE", 505)
+
+
+# -- chunk extensions and trailers are bounded like header sections ---------------------------
+
+
+async def test_endless_chunk_extensions_get_400_and_a_close(make_cache: MakeCache) -> None:
+    server = await RawServer(sink).start()
+    cache = await make_cache(server={"max_header_bytes": 4096})
+    try:
+        reader, writer = await open_proxy(cache.address[1])
+        try:
+            head = request_bytes(
+                "POST", server.url("/x"), headers=[("Transfer-Encoding", "chunked")]
+            )
+            writer.write(head + b"5;name=")
+            sent = 0
+            answer: asyncio.Task[bytes] = asyncio.ensure_future(reader.read(1 << 16))
+            while not answer.done() and sent < 8 << 20:  # 8 MiB of extension at most
+                writer.write(b"v" * 65536)
+                sent += 65536
+                await asyncio.wait([answer], timeout=0.01)
+            got = await asyncio.wait_for(answer, 5)
+        finally:
+            writer.close()
+        assert got.startswith(b"HTTP/1.1 400 "), got[:80]
+        assert b"chunk extensions too long" in got
+        assert sent < 1 << 20, f"{sent} bytes of one chunk's extension read before the 400"
+    finally:
+        await server.stop()
+
+
+async def test_chunk_extensions_within_the_bound_pass(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    origin.route("/ext", ok)
+    cache = await make_cache(server={"max_header_bytes": 4096})
+    chunks = b"".join(b"1;e=" + b"x" * 3000 + b"\r\na\r\n" for _ in range(50)) + b"0\r\n\r\n"
+    head = request_bytes("POST", origin.url("/ext"), headers=[("Transfer-Encoding", "chunked")])
+    status, body, _ = await exchange(cache, head + chunks, expect_close=False)
+    assert (status, body) == (200, b"ok")
+    assert origin.requests[-1].content_length is None  # (forwarded chunked, 50 bytes)
+
+
+async def test_a_trailer_section_too_large_gets_431(make_cache: MakeCache) -> None:
+    server = await RawServer(sink).start()
+    cache = await make_cache(server={"max_header_bytes": 4096})
+    try:
+        head = request_bytes("POST", server.url("/x"), headers=[("Transfer-Encoding", "chunked")])
+        trailer = b"".join(b"X-T%d: %s\r\n" % (n, b"t" * 200) for n in range(40))
+        status, body, closed = await exchange(
+            cache, head + b"5\r\nhello\r\n0\r\n" + trailer + b"\r\n"
+        )
+    finally:
+        await server.stop()
+    assert status == 431
+    assert b"trailer" in body
+    assert closed
