@@ -295,6 +295,13 @@ class AccessConfig:
     connect_ports: tuple[tuple[int, int], ...] = setting(
         ports([443]), "Ports `CONNECT` tunnels may open; others get 403.", ports
     )
+    local_destinations: bool = setting(
+        False,
+        "Let clients beyond loopback reach this host through the proxy: loopback addresses,"
+        " `localhost`, and the host's own addresses (its admin listener among them). Off,"
+        " only clients on loopback may, as with Squid's `http_access deny to_localhost`.",
+        boolean,
+    )
     purge: tuple[IPNetwork, ...] = setting(
         networks(["127.0.0.0/8", "::1/128"]),
         "Client networks (CIDR) allowed to send `PURGE` (drop an object from the cache);"

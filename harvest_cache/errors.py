@@ -18,7 +18,9 @@
         ├── ReadTimeout          504: the origin stopped sending
         ├── UpstreamReset        502: the connection broke before the response head ended
         ├── UpstreamProtocolError 502: the origin's response could not be parsed
-        └── NoRoute              504: never_direct, and no parent could take the request
+        ├── NoRoute              504: never_direct, and no parent could take the request
+        └── LocalDestination     403: the origin's address is this host's, and the client
+                                 may not reach it (a refusal, not a failure of the hop)
 
 Third-party exceptions (OSError, dnspython, httptools, diskcache and SQLite) are mapped to
 these where the upstream, DNS and store modules call them; nothing matches on exception text.
@@ -55,6 +57,8 @@ class UpstreamError(HarvestCacheError):
 
     status = 502
     kind = "upstream"
+    # A refusal of the cache's own (logged TCP_DENIED, never answered with a stale copy).
+    denied = False
 
     def __init__(self, cause: str) -> None:
         self.cause = cause
@@ -92,6 +96,12 @@ class UpstreamProtocolError(UpstreamError):
 class NoRoute(UpstreamError):
     status = 504
     kind = "no_route"
+
+
+class LocalDestination(UpstreamError):
+    status = 403
+    kind = "local_destination"
+    denied = True
 
 
 class DigestError(HarvestCacheError):

@@ -13,6 +13,7 @@ import ipaddress
 import os
 import socket
 import struct
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -106,3 +107,19 @@ def resolvers_on_loopback_only() -> Iterator[None]:
         yield
     finally:
         patch.undo()
+
+
+@contextmanager
+def address_on_loopback(address: str) -> Iterator[str]:
+    """``address`` added to ``lo`` for a while, so that a test can be a client from beyond
+    loopback (a LAN client) without leaving it. Only inside the namespace: on a real host
+    this would change its loopback interface."""
+    reason = outside_loopback()
+    if reason is not None:
+        pytest.fail(f"not in a loopback-only namespace ({reason}): {address} not added")
+    prefix = "128" if ":" in address else "32"
+    subprocess.run(["ip", "addr", "add", f"{address}/{prefix}", "dev", "lo"], check=True)
+    try:
+        yield address
+    finally:
+        subprocess.run(["ip", "addr", "del", f"{address}/{prefix}", "dev", "lo"], check=True)

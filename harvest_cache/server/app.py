@@ -86,7 +86,9 @@ class CacheServer:
         self.tasks = TaskSet()
         # Whole responses and planned request heads, held to the end of each loop round.
         self.outbox = Outbox(asyncio.get_running_loop())
-        self.pool = Pool(resolver, config.upstream, self.traffic, self.outbox)
+        self.pool = Pool(
+            resolver, config.upstream, self.traffic, self.outbox, refused=self._refused_peer
+        )
         # Connections to peers apart: requests to them take a different form.
         self.peer_pool = Pool(resolver, config.upstream, self.traffic, self.outbox)
         self.neighbours: Neighbours | None = None
@@ -102,6 +104,12 @@ class CacheServer:
         self.icp_queries: IcpEndpoint | None = None  # (with several workers)
         self._server: asyncio.Server | None = None
         self.address: tuple[str, int] = (config.server.listen.host, config.server.listen.port)
+
+    def _refused_peer(self, client_ip: str, peer_ip: str) -> bool:
+        """The running proxy's rule for connecting a client to an origin's address (peers
+        are the operator's choice: their pool refuses none)."""
+        proxy = self.proxy
+        return proxy is not None and proxy.access.refused_peer(client_ip, peer_ip)
 
     @classmethod
     async def start(cls, config: Config, loader: Callable[[], Config] | None = None) -> CacheServer:

@@ -363,7 +363,9 @@ class Fetcher:
 
             def build(hop: Hop) -> OutgoingRequest:
                 head = self.requests.head(req, target, stored, client_ip, alternatives, hop)
-                return OutgoingRequest("GET", target.host, target.port, head, interim=interim)
+                return OutgoingRequest(
+                    "GET", target.host, target.port, head, client_ip, interim=interim
+                )
 
             timeout = self._config.upstream.read_timeout
             exchange, hop, request_time = await self._router.send(route, build, timeout)

@@ -127,7 +127,7 @@ class LeanPath:
                 return False  # a hit the fast path has not learnt yet
             if reuse.stale_while_revalidate:
                 return False  # served stale at once, and revalidated behind it
-        upstream = self.pool.take_idle(target.host, target.port)
+        upstream = self.pool.take_idle(target.host, target.port, conn.client_ip)
         if upstream is None:
             return False
         fetch = LeanFetch(self, req, target, conn, found, upstream)

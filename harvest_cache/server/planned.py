@@ -40,7 +40,7 @@ def start_planned(path: LeanPath, conn: ClientConnection, target: bytes, fields:
     held = path.store.peek_memory(key)
     if not plan.applies(held, conn.client_ip, fields, time.time()):
         return False
-    upstream = path.pool.take_idle(plan.target.host, plan.target.port)
+    upstream = path.pool.take_idle(plan.target.host, plan.target.port, conn.client_ip)
     if upstream is None:
         return False
     fetch = PlannedRefresh(path, plan, conn, upstream, fields)

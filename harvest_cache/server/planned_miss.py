@@ -44,7 +44,7 @@ def start_planned_miss(
     url = target.decode("latin-1")
     if path.fetcher.flying(url) or path.store.get_memory(url) is not None:
         return False  # joining a fetch, or a stored object: the general ways
-    upstream = path.pool.take_idle(plan.host, plan.port)
+    upstream = path.pool.take_idle(plan.host, plan.port, conn.client_ip)
     if upstream is None:
         return False
     fetch = PlannedMiss(path, plan, conn, upstream, url, rest, key[2])

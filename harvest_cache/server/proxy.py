@@ -135,7 +135,7 @@ class Proxy:
         self._store = store
         self._pool = pool
         self._log = access_log
-        self._access = Access(config.access)
+        self.access = Access(config.access)
         self.heuristics = heuristics
         self._traffic = traffic
         self._tasks = tasks
@@ -182,7 +182,7 @@ class Proxy:
     ) -> bool:
         now = time.time()
         entry = self._hot.lookup(target, now)
-        if entry is None or not self._access.client_allowed(conn.client_ip):
+        if entry is None or not self._admits(conn.client_ip, target):
             return False
         head_only = method == b"HEAD"
         head = self._hot.head(entry, now, not keep_alive, version == "1.0")
@@ -207,7 +207,7 @@ class Proxy:
     def serve_planned(
         self, conn: ClientConnection, target: bytes, fields: RawFields
     ) -> Planned | None:
-        if not self._access.client_allowed(conn.client_ip):
+        if not self._admits(conn.client_ip, target):
             return None
         if start_planned(self.lean, conn, target, fields):
             return "refresh"
@@ -215,7 +215,7 @@ class Proxy:
         return "miss" if start_planned_miss(self.lean, conn, target, fields) else None
 
     def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
-        if req.method != "GET" or not self._access.client_allowed(conn.client_ip):
+        if req.method != "GET" or not self.access.client_allowed(conn.client_ip):
             return False
         if not self._router.direct_only:
             return False  # each miss is routed through the hierarchy first
@@ -223,9 +223,25 @@ class Proxy:
             target = parse_absolute(req.target)
         except RequestError:
             return False
+        if self._refuses_host(conn.client_ip, target.host):
+            return False
         if not self._config.cache.cache_query_urls and "?" in target.path:
             return False
-        return self._access.port_allowed(target.port) and self.lean.start(req, target, conn)
+        return self.access.port_allowed(target.port) and self.lean.start(req, target, conn)
+
+    def _admits(self, client_ip: str, target: bytes) -> bool:
+        """Whether a fast path may answer the client at ``client_ip`` for ``target`` (others
+        go the general way, which answers a refusal)."""
+        access = self.access
+        if not access.client_allowed(client_ip):
+            return False
+        return access.reaches_local(client_ip) or not access.local_target(target)
+
+    def _refuses_host(self, client_ip: str, host: str) -> bool:
+        """Whether the client at ``client_ip`` may not reach ``host``: this host, when the
+        client is not on loopback (a name's addresses are judged again when connecting)."""
+        access = self.access
+        return not access.reaches_local(client_ip) and access.local_host(host)
 
     def retire(self) -> None:
         """A reload replaced this proxy: its prepared hits, and the page copies they hold,
@@ -243,7 +259,7 @@ class Proxy:
         try:
             if req.error is not None:
                 raise req.error
-            if not self._access.client_allowed(conn.client_ip):
+            if not self.access.client_allowed(conn.client_ip):
                 tx.result = "TCP_DENIED"
                 raise RequestError(403, "access denied: this proxy does not serve your network")
             if req.method == "CONNECT":
@@ -254,9 +270,12 @@ class Proxy:
                 return
             target = parse_absolute(req.target)
             tx.url = target.url
-            if not self._access.port_allowed(target.port):
+            if not self.access.port_allowed(target.port):
                 tx.result = "TCP_DENIED"
                 raise RequestError(403, f"port {target.port} is not allowed")
+            if self._refuses_host(conn.client_ip, target.host):
+                tx.result = "TCP_DENIED"
+                raise RequestError(403, f"{target.host} is this host: not reachable from yours")
             if self._router.direct_only and forwarding.is_loop(req.headers, self.name):
                 # (Among peers, the route goes direct instead: that ends the loop.)
                 raise RequestError(403, "forwarding loop detected (our name is in Via)")
@@ -275,7 +294,9 @@ class Proxy:
             status = cache_status(self.name, hit=False, detail=_DETAILS.get(e.status, "refused"))
             await self._fail(conn, req, tx, reply, e.status, e.reason, status, close=e.close)
         except UpstreamError as e:
-            if not e.counted:
+            if e.denied:
+                tx.result = "TCP_DENIED"
+            elif not e.counted:
                 e.counted = True
                 self._traffic.upstream_failed(e.kind)
             noroute = isinstance(e, NoRoute)
@@ -359,7 +380,7 @@ class Proxy:
     ) -> None:
         """Drop what the cache holds for the URL (Squid's PURGE): 200 if it held something,
         404 if not. A Vary marker goes with every variant under it."""
-        if not self._access.purge_allowed(conn.client_ip):
+        if not self.access.purge_allowed(conn.client_ip):
             tx.result = "TCP_DENIED"
             raise RequestError(403, "PURGE is not allowed from your address", close=False)
         tx.result = "TCP_MISS"
@@ -399,9 +420,12 @@ class Proxy:
 
     async def _connect(self, req: Request, conn: ClientConnection, tx: Transaction) -> None:
         host, port = parse_authority(req.target)
-        if not self._access.connect_allowed(port):
+        if not self.access.connect_allowed(port):
             tx.result = "TCP_DENIED"
             raise RequestError(403, f"CONNECT to port {port} is not allowed")
+        if self._refuses_host(conn.client_ip, host):
+            tx.result = "TCP_DENIED"
+            raise RequestError(403, f"{host} is this host: not reachable from yours")
         tx.result = "TCP_TUNNEL"
         tx.hierarchy = Hierarchy.HIER_DIRECT
         traffic = self._traffic
@@ -539,7 +563,11 @@ class Proxy:
                     reader.close()
                     await self._cached(req, target, conn, tx, reply, retried=True)
                     return
-                if revalidating and await self._serve_stale(req, key, tx, reply, None):
+                if (
+                    revalidating
+                    and not error.denied
+                    and await self._serve_stale(req, key, tx, reply, None)
+                ):
                     return
                 raise
             # The errors stale-if-error is about (RFC 5861 4); others are answers like any.
@@ -736,6 +764,7 @@ class Proxy:
                 target.host,
                 target.port,
                 forwarding.request_head(req.method, request_target(target, hop), fields),
+                conn.client_ip,
                 body=aiter(req.body) if req.body is not None else None,
                 chunked=req.chunked,
                 interim=relay,

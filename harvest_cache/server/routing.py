@@ -19,7 +19,7 @@ from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.forwarding import is_loop
 from harvest_cache.http.target import Target
 from harvest_cache.server.request import Request
-from harvest_cache.upstream.client import Exchange, OutgoingRequest, send
+from harvest_cache.upstream.client import OWN_REQUEST, Exchange, OutgoingRequest, send
 from harvest_cache.upstream.connection import ResponseHead
 from harvest_cache.upstream.pool import Pool
 
@@ -127,7 +127,7 @@ async def fetch_internal(
     head = (
         f"GET http://{authority}{path} HTTP/1.1\r\nHost: {authority}\r\nVia: 1.1 {name}\r\n\r\n"
     ).encode("latin-1")
-    out = OutgoingRequest("GET", peer.host, peer.http_port, head)
+    out = OutgoingRequest("GET", peer.host, peer.http_port, head, OWN_REQUEST)
     exchange = await send(pool, out, read_timeout)
     if exchange.head.status != 200:
         exchange.abort()

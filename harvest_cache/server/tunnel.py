@@ -93,7 +93,7 @@ class _ServerSide(asyncio.Protocol):
 
 async def open_tunnel(host: str, port: int, conn: ClientConnection, pool: Pool) -> TunnelStats:
     """Connect to ``host:port``, answer 200, and relay until both sides close."""
-    server = await pool.open(host, port, lambda ip: _ServerSide(ip, conn))
+    server = await pool.open(host, port, lambda ip: _ServerSide(ip, conn), conn.client_ip)
     conn.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
     conn.attach_tunnel(server.from_client, server.client_eof, server.client_writable)
     try:

@@ -9,6 +9,9 @@ from harvest_cache.errors import ReadTimeout, UpstreamReset
 from harvest_cache.upstream.connection import Interim, ResponseHead, UpstreamConnection
 from harvest_cache.upstream.pool import Pool
 
+# The client address the cache's own requests (to peers) are sent for: they may go anywhere.
+OWN_REQUEST = "127.0.0.1"
+
 
 @dataclass(slots=True)
 class OutgoingRequest:
@@ -23,6 +26,7 @@ class OutgoingRequest:
     host: str
     port: int
     head: bytes
+    client_ip: str  # the client it is sent for (the pool may refuse some origins for it)
     body: AsyncIterator[bytes] | None = None
     chunked: bool = False
     interim: Interim | None = None
@@ -80,11 +84,11 @@ async def send(pool: Pool, req: OutgoingRequest, read_timeout: float) -> Exchang
     when the request has no streamed body (nothing has been consumed that could not be sent
     again).
     """
-    conn = pool.take_idle(req.host, req.port)
+    conn = pool.take_idle(req.host, req.port, req.client_ip)
     while True:
         reused = conn is not None
         if conn is None:
-            conn = await pool.connect(req.host, req.port)
+            conn = await pool.connect(req.host, req.port, req.client_ip)
         conn.begin(req.method == "HEAD", read_timeout, interim=req.interim)
         try:
             await conn.write(req.head)

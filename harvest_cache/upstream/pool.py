@@ -10,7 +10,7 @@ from functools import partial
 from typing import Protocol, TypeVar
 
 from harvest_cache.config import UpstreamConfig
-from harvest_cache.errors import ConnectRefused, ConnectTimeout, UpstreamError
+from harvest_cache.errors import ConnectRefused, ConnectTimeout, LocalDestination, UpstreamError
 from harvest_cache.metrics import Traffic
 from harvest_cache.outbox import Outbox
 from harvest_cache.upstream.connection import UpstreamConnection
@@ -25,6 +25,10 @@ class Resolver(Protocol):
     async def resolve(self, host: str) -> list[str]: ...
 
 
+# Whether the client at an address (the first) may not be connected to an address.
+Refused = Callable[[str, str], bool]
+
+
 class Pool:
     """Per-(host, port) stacks of idle connections; the newest is reused first."""
 
@@ -34,8 +38,11 @@ class Pool:
         config: UpstreamConfig,
         traffic: Traffic | None = None,
         outbox: Outbox | None = None,
+        refused: Refused | None = None,
     ) -> None:
-        """``outbox``: given to the connections made (see UpstreamConnection)."""
+        """``outbox``: given to the connections made (see UpstreamConnection); ``refused``:
+        whether a client may not be connected to an address (none refused without it)."""
+        self._refused = refused
         self._resolver = resolver
         self._config = config
         self._traffic = traffic if traffic is not None else Traffic()
@@ -48,10 +55,13 @@ class Pool:
         # report (SRC_RTT) to caches choosing the closest parent.
         self._rtt: dict[str, float] = {}
 
-    def take_idle(self, host: str, port: int) -> UpstreamConnection | None:
+    def take_idle(self, host: str, port: int, client_ip: str) -> UpstreamConnection | None:
+        """An idle connection to ``host:port`` that the client at ``client_ip`` may use."""
         stack = self._idle.get((host, port))
         if not stack:
             return None
+        if self._refused is not None and self._refused(client_ip, stack[-1].peer_ip):
+            return None  # (kept for the clients that may)
         limit = time.monotonic() - self._config.pool_idle_timeout
         while stack:
             conn = stack.pop()
@@ -94,19 +104,29 @@ class Pool:
             else:
                 del self._idle[key]
 
-    async def connect(self, host: str, port: int) -> UpstreamConnection:
-        """A new HTTP connection to ``host:port``."""
+    async def connect(self, host: str, port: int, client_ip: str) -> UpstreamConnection:
+        """A new HTTP connection to ``host:port`` for the client at ``client_ip``."""
         conn = await self.open(
             host,
             port,
             partial(UpstreamConnection, (host, port), traffic=self._traffic, outbox=self._outbox),
+            client_ip,
         )
         self.opened += 1
         return conn
 
-    async def open(self, host: str, port: int, factory: Callable[[str], P]) -> P:
-        """A new connection speaking ``factory(ip)``'s protocol, trying each address in turn."""
+    async def open(self, host: str, port: int, factory: Callable[[str], P], client_ip: str) -> P:
+        """A new connection speaking ``factory(ip)``'s protocol, trying each address in turn
+        (those the client at ``client_ip`` may be connected to)."""
         addresses = await self._resolver.resolve(host)
+        refused = self._refused
+        if refused is not None:
+            allowed = [ip for ip in addresses if not refused(client_ip, ip)]
+            if addresses and not allowed:
+                raise LocalDestination(
+                    f"{host} is this host ({addresses[0]}): not reachable from {client_ip}"
+                )
+            addresses = allowed
         loop = asyncio.get_running_loop()
         failure: UpstreamError | None = None
         for ip in addresses:
