@@ -246,79 +246,123 @@ async def test_vary_variants_survive_a_clean_restart(origin: Origin, tmp_path: P
         assert await cache.stop(signal.SIGTERM) == 0, cache.log()
 
 
-async def test_kill_9_under_load_serves_only_whole_objects(origin: Origin, tmp_path: Path) -> None:
-    source = DeterministicOrigin(origin)
+def path_of(origin: Origin, url: str) -> str:
+    return url.split(str(origin.port), 1)[1]
+
+
+async def load_and_kill(
+    cache: CacheProcess, session: aiohttp.ClientSession, source: DeterministicOrigin, run: int
+) -> tuple[list[str], list[str]]:
+    """Four clients fetching new objects of several sizes until some are done and a big body
+    is being written (6 s at most), then SIGKILL: the URLs asked for and those answered whole."""
     load_sizes = [1_000, 70_000, 1 * MIB, 4 * MIB]
-    confirmed = [source.add(f"/kept/{i}-{size}") for i, size in enumerate([500, 90_000, 3 * MIB])]
     requested: list[str] = []
     completed: list[str] = []
     next_id = 0
     stop = asyncio.Event()
 
-    def path_of(url: str) -> str:
-        return url.split(str(origin.port), 1)[1]
+    async def worker() -> None:
+        nonlocal next_id
+        for _ in range(200):
+            if stop.is_set():
+                return
+            n, next_id = next_id, next_id + 1
+            url = source.add(f"/load/{run}/{n}-{load_sizes[n % len(load_sizes)]}")
+            requested.append(url)
+            try:
+                _, _, body = await fetch(session, cache.proxy, url)
+            except (aiohttp.ClientError, TimeoutError, AssertionError):
+                continue  # the cache was killed under this request
+            if body == content(path_of(source.origin, url)):
+                completed.append(url)
 
+    workers = [asyncio.create_task(worker()) for _ in range(4)]
+    started = time.monotonic()
+    with contextlib.suppress(TimeoutError):
+        await wait_until(
+            lambda: len(completed) >= 12 and source.streaming > 0 and len(requested) > 16,
+            within=6,
+        )
+    in_flight_at_kill = source.streaming
+    assert await cache.stop(signal.SIGKILL) == -signal.SIGKILL
+    killed_after = time.monotonic() - started
+    stop.set()
+    async with asyncio.timeout(15):
+        await asyncio.gather(*workers)
+    assert len(completed) >= 4, (len(completed), killed_after)
+    assert in_flight_at_kill > 0 or len(requested) > len(completed)
+    return requested, completed
+
+
+async def restored(
+    cache: CacheProcess, session: aiohttp.ClientSession, origin: Origin, urls: list[str]
+) -> set[str]:
+    """The URLs the restarted cache answers from its store (only-if-cached), each checked to
+    be whole and byte for byte the origin's."""
+    held = set()
+    for url in urls:
+        status, params, body = await fetch(
+            session, cache.proxy, url, {"Cache-Control": "only-if-cached"}
+        )
+        if status == 200:
+            assert params.get("hit") is True, params
+            expected = content(path_of(origin, url))
+            assert len(body) == len(expected), url
+            assert body == expected, url
+            held.add(url)
+        else:
+            assert status == 504, (url, status)
+    return held
+
+
+async def test_kill_9_under_load_serves_only_whole_objects(origin: Origin, tmp_path: Path) -> None:
+    source = DeterministicOrigin(origin)
+    confirmed = [source.add(f"/kept/{i}-{size}") for i, size in enumerate([500, 90_000, 3 * MIB])]
     async with cache_process(tmp_path) as cache, aiohttp.ClientSession() as session:
         await cache.start()
         # Objects stored and confirmed as hits well before the kill must all survive it.
         for url in confirmed:
             await fetch(session, cache.proxy, url)
             status, params, body = await fetch(session, cache.proxy, url)
-            assert (status, params.get("hit"), body) == (200, True, content(path_of(url)))
+            assert (status, params.get("hit"), body) == (200, True, content(path_of(origin, url)))
         await asyncio.sleep(0.3)
-
-        async def worker() -> None:
-            nonlocal next_id
-            for _ in range(200):
-                if stop.is_set():
-                    return
-                n, next_id = next_id, next_id + 1
-                url = source.add(f"/load/{n}-{load_sizes[n % len(load_sizes)]}")
-                requested.append(url)
-                try:
-                    _, _, body = await fetch(session, cache.proxy, url)
-                except (aiohttp.ClientError, TimeoutError, AssertionError):
-                    continue  # the cache was killed under this request
-                if body == content(path_of(url)):
-                    completed.append(url)
-
-        workers = [asyncio.create_task(worker()) for _ in range(4)]
-        started = time.monotonic()
-        # Kill once some objects are done and a big body is being written; 6 s at most.
-        with contextlib.suppress(TimeoutError):
-            await wait_until(
-                lambda: len(completed) >= 12 and source.streaming > 0 and len(requested) > 16,
-                within=6,
-            )
-        in_flight_at_kill = source.streaming
-        assert await cache.stop(signal.SIGKILL) == -signal.SIGKILL
-        killed_after = time.monotonic() - started
-        stop.set()
-        async with asyncio.timeout(15):
-            await asyncio.gather(*workers)
-        assert len(completed) >= 4, (len(completed), killed_after)
-        assert in_flight_at_kill > 0 or len(requested) > len(completed)
+        requested, _ = await load_and_kill(cache, session, source, 0)
 
         await cache.start()
-        hits = 0
-        for url in confirmed + requested:
-            status, params, body = await fetch(
-                session, cache.proxy, url, {"Cache-Control": "only-if-cached"}
-            )
-            if url in confirmed:
-                assert status == 200, (url, status, params)
-            if status == 200:
-                # Whatever is served from the store is whole and exact.
-                hits += 1
-                assert params.get("hit") is True, params
-                expected = content(path_of(url))
-                assert len(body) == len(expected), url
-                assert body == expected, url
-            else:
-                assert status == 504, (url, status)
-        assert hits >= len(confirmed)
+        held = await restored(cache, session, origin, confirmed + requested)
+        assert set(confirmed) <= held
         # And the cache works as usual after the crash: everything comes back exact.
         for url in requested:
             status, _, body = await fetch(session, cache.proxy, url)
-            assert (status, body == content(path_of(url))) == (200, True), url
+            assert (status, body == content(path_of(origin, url))) == (200, True), url
+        assert await cache.stop(signal.SIGTERM) == 0, cache.log()
+
+
+KILLS = 3
+
+
+async def test_kill_9_again_and_again_under_load_restores_only_whole_objects(
+    origin: Origin, tmp_path: Path
+) -> None:
+    """A smaller version of the attack's 20 kill cycles: each restart serves from the store
+    only objects that are whole and exact, and keeps what earlier restarts held."""
+    source = DeterministicOrigin(origin)
+    async with (
+        asyncio.timeout(30 * KILLS),
+        cache_process(tmp_path) as cache,
+        aiohttp.ClientSession() as session,
+    ):
+        await cache.start()
+        asked: list[str] = []
+        held: set[str] = set()
+        checked = 0
+        for run in range(KILLS):
+            requested, _ = await load_and_kill(cache, session, source, run)
+            asked += requested
+            await cache.start()
+            now_held = await restored(cache, session, origin, asked)
+            checked += len(now_held)
+            assert held <= now_held, "a restart lost objects an earlier one held"
+            held = now_held
+        assert checked >= KILLS * 4, checked
         assert await cache.stop(signal.SIGTERM) == 0, cache.log()
