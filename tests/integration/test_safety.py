@@ -356,6 +356,46 @@ def malformed_cases(port: int) -> dict[str, bytes]:
         "bare-cr": f"GET {url} HTTP/1.1\r\n{host}X-A: b\rX-B: c\r\n\r\n".encode(),
         "space-before-colon": f"GET {url} HTTP/1.1\r\n{host}X-A : b\r\n\r\n".encode(),
         "relative-target": f"GET /bad HTTP/1.1\r\n{host}\r\n".encode(),
+        "signed-content-length": (
+            f"POST {url} HTTP/1.1\r\n{host}Content-Length: +5\r\n\r\nhello"
+        ).encode(),
+        "negative-content-length": (
+            f"POST {url} HTTP/1.1\r\n{host}Content-Length: -1\r\n\r\nhello"
+        ).encode(),
+        "content-length-with-letters": (
+            f"POST {url} HTTP/1.1\r\n{host}Content-Length: 5x\r\n\r\nhello"
+        ).encode(),
+        "huge-content-length": (
+            f"POST {url} HTTP/1.1\r\n{host}Content-Length: 99999999999999999999999\r\n\r\n"
+        ).encode(),
+        "chunked-twice": (
+            f"POST {url} HTTP/1.1\r\n{host}Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n"
+        ).encode(),
+        "chunked-not-last": (
+            f"POST {url} HTTP/1.1\r\n{host}Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n"
+        ).encode(),
+        "folded-transfer-encoding": (
+            f"POST {url} HTTP/1.1\r\n{host}Transfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n"
+        ).encode(),
+        "chunk-size-overflow": (
+            f"POST {url} HTTP/1.1\r\n{host}Transfer-Encoding: chunked\r\n\r\n"
+            "fffffffffffffffff\r\nhello\r\n0\r\n\r\n"
+        ).encode(),
+        "chunk-size-0x": (
+            f"POST {url} HTTP/1.1\r\n{host}Transfer-Encoding: chunked\r\n\r\n"
+            "0x5\r\nhello\r\n0\r\n\r\n"
+        ).encode(),
+        "chunk-without-crlf": (
+            f"POST {url} HTTP/1.1\r\n{host}Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"
+        ).encode(),
+        "nul-in-a-field": f"GET {url} HTTP/1.1\r\n{host}X-A: b\x00c\r\n\r\n".encode(),
+        "space-in-a-field-name": f"GET {url} HTTP/1.1\r\n{host}X A: b\r\n\r\n".encode(),
+        "field-without-colon": f"GET {url} HTTP/1.1\r\n{host}X-A\r\n\r\n".encode(),
+        "cr-in-the-target": f"GET {url}\rx HTTP/1.1\r\n{host}\r\n".encode(),
+        "tab-separated-request-line": f"GET\t{url}\tHTTP/1.1\r\n{host}\r\n".encode(),
+        "port-out-of-range": (
+            b"GET http://127.0.0.1:99999/bad HTTP/1.1\r\nHost: 127.0.0.1:99999\r\n\r\n"
+        ),
     }
 
 
@@ -375,7 +415,9 @@ async def test_malformed_request_gets_400_and_a_close(cache: CacheServer, case: 
         await server.stop()
     assert resp.status == 400, resp
     assert closed, "the connection must be closed after a malformed request"
-    if case != "bad-chunk-size":  # a streamed body may be forwarded before its error shows
+    if not case.startswith(("bad-chunk", "chunk-")):
+        # (a streamed body's head may be forwarded before the body's error shows: the
+        # upstream side is closed then, see below)
         assert accepted == 0, "nothing of a malformed head may reach the origin"
 
 
@@ -482,6 +524,7 @@ def version_and_host_cases(port: int) -> dict[str, tuple[bytes, int]]:
     host = f"Host: 127.0.0.1:{port}\r\n"
     return {
         "http-2.0": (f"GET {url} HTTP/2.0\r\n{host}\r\n".encode(), 505),
+        "http-0.9": (f"GET {url}\r\n\r\n".encode(), 505),
         "http-2.0-with-body": (
             f"POST {url} HTTP/2.0\r\n{host}Content-Length: 5\r\n\r\nhello".encode(),
             505,
