@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +39,8 @@ from harvest_cache.hierarchy.icp import (
     Opcode,
     decode,
     encode,
+    plain_query_url,
+    plain_reply,
     reply,
 )
 from harvest_cache.hierarchy.responder import answer_opcode, hit_until
@@ -52,11 +53,6 @@ log = logging.getLogger("harvest_cache")
 
 MAX_PENDING = 256
 Address = tuple[str, int]
-# A reply's header: opcode, version 2, length, the query's request number, then no options,
-# option data or sender address.
-_REPLY_HEAD = struct.Struct("!BBH4s12x")
-# A plain query's: opcode 1 and version 2, its length, and no options (0).
-_QUERY_HEAD = struct.Struct("!HH4xI")
 _KNOWN = 65536  # URLs (and addresses) whose answers are remembered; all forgotten when full
 _BATCH = 64  # datagrams taken at most each time the socket is readable (others wait their turn)
 _CONNECT_AFTER = 256  # datagrams from a cache that may ask before it gets a socket of its own
@@ -174,7 +170,6 @@ class IcpEndpoint:
             return
         recvfrom, sendto, recv, send = sock.recvfrom, sock.sendto, sock.recv, sock.send
         may_ask, known_get, peek = self._allowed_ips.get, self._known.get, self._peek
-        pack, head = _REPLY_HEAD.pack, _QUERY_HEAD.unpack_from
         now = time.time()
         miss = _MISS if self._fetching() else _MISS_NOFETCH
         hits = misses = 0  # (answered here; counted once the batch is done)
@@ -199,12 +194,10 @@ class IcpEndpoint:
                 self._count(addr)
             # The common case, taken straight from the bytes: a query with no options, from
             # a cache that may ask, whose URL's answer the memory tier (or the memo) gives.
-            size = len(data)
-            end = size - 1
-            if end < 24 or data[end] or head(data) != (0x0102, size, 0) or not may_ask(addr[0]):
+            spelt = plain_query_url(data)
+            if spelt is None or not may_ask(addr[0]):
                 self._take(data, addr)
                 continue
-            spelt = data[24:end]
             known = known_get(spelt)
             # (A query is not a use of the object, so the memory tier is only peeked at: the
             # fetch that follows a HIT is one.)
@@ -223,13 +216,12 @@ class IcpEndpoint:
             else:
                 opcode = miss
                 misses += 1
-            # The query's request number and URL echoed; no options, no requester field.
-            reply = pack(opcode, 2, size - 4, data[4:8]) + data[24:]
+            answer = plain_reply(data, opcode)
             try:
                 if own is None:
-                    sendto(reply, addr)
+                    sendto(answer, addr)
                 else:
-                    send(reply)
+                    send(answer)
             except OSError:
                 self.unsent += 1
         self._answers[_HIT] += hits

@@ -17,6 +17,8 @@ from harvest_cache.hierarchy.icp import (
     Opcode,
     decode,
     encode,
+    plain_query_url,
+    plain_reply,
     query,
     reply,
 )
@@ -159,6 +161,44 @@ def test_any_message_round_trips(message: IcpMessage) -> None:
         assert decode(encode(message)) == message
     else:
         assert decode(encode(message)).url == message.url
+
+
+@FUZZ
+@given(_messages, st.sampled_from([Opcode.HIT, Opcode.MISS, Opcode.MISS_NOFETCH]))
+def test_the_fast_reading_and_reply_of_a_plain_query_are_the_codecs(
+    message: IcpMessage, opcode: Opcode
+) -> None:
+    data = encode(message)
+    url = plain_query_url(data)
+    if message.opcode is not Opcode.QUERY or message.options:
+        assert url is None
+        return
+    assert url == message.url.encode("latin-1")
+    assert plain_reply(data, opcode) == encode(reply(decode(data), opcode))
+
+
+def _queryish(tail: bytes, options: int) -> bytes:
+    """A query's header with the right length field, ``options``, then ``tail``."""
+    size = 24 + len(tail)
+    return GOOD[:2] + struct.pack("!HII", size, 9, options) + GOOD[12:24] + tail
+
+
+@FUZZ
+@given(
+    st.binary(max_size=64)
+    | st.builds(_queryish, st.binary(max_size=40).map(lambda b: b + b"\x00"), st.just(0))
+    | st.builds(_queryish, st.binary(max_size=40), st.integers(0, 2**32 - 1))
+)
+def test_what_the_fast_reading_takes_the_codec_decodes_alike(data: bytes) -> None:
+    url = plain_query_url(data)
+    if url is None:
+        return
+    message = decode(data)
+    assert (message.opcode, message.options, message.url.encode("latin-1")) == (
+        Opcode.QUERY,
+        0,
+        url,
+    )
 
 
 @FUZZ
