@@ -1,9 +1,9 @@
-"""The cache's metrics: counters the request paths feed, and their Prometheus exposition.
+"""The cache's metrics: its Prometheus exposition, made from what the cache reports.
 
-Requests feed ``Traffic``: a few dict and int increments each, nothing from
-prometheus_client on the request path. At scrape time ``CacheCollector`` reads those and the
-components' own counters (store, pools, DNS, ICP, peers, digests) and yields metric
-families; ``registry`` adds the process's CPU, memory and open files.
+At scrape time ``CacheCollector`` asks for a ``CacheStats`` (the request counters, and what
+the store, pools, DNS, ICP, peers and digests report) and yields metric families from it;
+``registries`` adds the process's CPU, memory and open files. This module reads values only:
+it knows no component.
 
 Label values are bounded by construction: methods are the few the parser knows, results and
 hierarchy codes Squid's, status classes 1xx-5xx, error kinds the upstream errors' own, peers
@@ -12,11 +12,8 @@ and tiers those configured. Never a URL or a client address.
 
 from __future__ import annotations
 
-import asyncio
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import (
@@ -26,129 +23,8 @@ from prometheus_client.core import (
     Metric,
 )
 
-if TYPE_CHECKING:
-    from harvest_cache.server.app import CacheServer
-
-# Seconds; from a memory hit (well under a millisecond) to a slow origin.
-LATENCY_BUCKETS = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)
-
-# Which latency histogram a result goes to (others, such as errors and tunnels, to none).
-KIND = {
-    "TCP_MEM_HIT": "hit",
-    "TCP_HIT": "hit",
-    "TCP_NEGATIVE_HIT": "hit",
-    "TCP_OFFLINE_HIT": "hit",
-    "TCP_MISS": "miss",
-    "TCP_CF_MISS": "miss",
-    "TCP_CLIENT_REFRESH_MISS": "miss",
-    "TCP_SWAPFAIL_MISS": "miss",
-    "TCP_REFRESH_UNMODIFIED": "revalidation",
-    "TCP_REFRESH_MODIFIED": "revalidation",
-    "TCP_REFRESH_FAIL_OLD": "revalidation",
-    "TCP_REFRESH_FAIL_ERR": "revalidation",
-}
-
-
-class Histogram:
-    """Counts per bucket of LATENCY_BUCKETS (the last: above them all), and their sum."""
-
-    __slots__ = ("counts", "total")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
-        self.total = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.total += seconds
-
-    def add_fastest(self, n: int) -> None:
-        """``n`` observations of (practically) no time: the hit fast path answers from the
-        parser callback itself."""
-        self.counts[0] += n
-
-
-@dataclass(slots=True)
-class Traffic:
-    """Counters for one cache. ``requests``: (method, result, status class) -> count."""
-
-    requests: dict[tuple[str, str, int], int] = field(default_factory=dict)
-    # Hits answered by the fast path, by (method, status): folded into ``requests`` at scrape.
-    fast_hits: dict[tuple[bytes, int], int] = field(default_factory=dict)
-    hierarchy: dict[str, int] = field(default_factory=dict)
-    latency: dict[str, Histogram] = field(
-        default_factory=lambda: {k: Histogram() for k in ("hit", "miss", "revalidation")}
-    )
-    bytes_to_clients: int = 0
-    bytes_from_clients: int = 0
-    bytes_from_upstream: int = 0
-    upstream_errors: dict[str, int] = field(default_factory=dict)
-    tunnels_open: int = 0
-    tunnel_bytes: int = 0
-    aborted: int = 0
-    # Upstream connections closed for bytes after a complete response (or with none asked).
-    upstream_surplus: int = 0
-
-    def ended(
-        self,
-        method: str,
-        result: str,
-        status: int,
-        size: int,
-        seconds: float,
-        hierarchy: str,
-        aborted: bool,
-    ) -> None:
-        """A request is answered (or given up): count it."""
-        key = (method, result, status // 100)
-        self.requests[key] = self.requests.get(key, 0) + 1
-        self.bytes_to_clients += size
-        if hierarchy != "HIER_NONE":
-            self.hierarchy[hierarchy] = self.hierarchy.get(hierarchy, 0) + 1
-        kind = KIND.get(result)
-        if kind is not None:
-            self.latency[kind].observe(seconds)
-        if aborted:
-            self.aborted += 1
-
-    def upstream_failed(self, kind: str) -> None:
-        self.upstream_errors[kind] = self.upstream_errors.get(kind, 0) + 1
-
-    def request_counts(self) -> dict[tuple[str, str, int], int]:
-        """``requests`` with the fast path's hits folded in (all TCP_MEM_HIT)."""
-        out = dict(self.requests)
-        for (method, status), n in self.fast_hits.items():
-            key = (method.decode("ascii"), "TCP_MEM_HIT", status // 100)
-            out[key] = out.get(key, 0) + n
-        return out
-
-    def latencies(self) -> dict[str, Histogram]:
-        """The histograms, the fast path's hits counted in the fastest bucket."""
-        fast = sum(self.fast_hits.values())
-        if not fast:
-            return self.latency
-        out = dict(self.latency)
-        hit = Histogram()
-        hit.counts = list(self.latency["hit"].counts)
-        hit.total = self.latency["hit"].total
-        hit.add_fastest(fast)
-        out["hit"] = hit
-        return out
+from harvest_cache.stats import CacheStats, IcpStats, PeerStats, StoreStats
+from harvest_cache.traffic import KIND, LATENCY_BUCKETS, Traffic
 
 
 def _counter(
@@ -170,28 +46,28 @@ def _gauge(
 
 
 class CacheCollector:
-    """Yields the cache's metric families from its components' counters at scrape time.
+    """Yields the cache's metric families from ``stats()`` at scrape time.
 
     ``disk_bytes`` and ``filesystem`` are read by the admin server just before a scrape
     (off the event loop); collect itself does no I/O.
     """
 
-    def __init__(self, server: CacheServer) -> None:
-        self._server = server
+    def __init__(self, stats: Callable[[], CacheStats]) -> None:
+        self._stats = stats
         self.disk_bytes = 0
         self.filesystem: tuple[int, int] | None = None  # (size, free) of the disk tier's
 
     def collect(self) -> Iterator[Metric]:
-        server = self._server
-        yield from self._requests(server.traffic)
-        yield from self._store(server)
-        yield from self._upstream(server)
-        yield from self._hierarchy(server)
+        stats = self._stats()
+        yield from self._requests(stats.traffic)
+        yield from self._store(stats)
+        yield from self._upstream(stats)
+        yield from self._hierarchy(stats)
         yield _gauge(
             "harvest_cache_client_connections",
             "Client connections open.",
             (),
-            {(): len(server.connections)},
+            {(): stats.client_connections},
         )
 
     def _requests(self, traffic: Traffic) -> Iterator[Metric]:
@@ -281,26 +157,25 @@ class CacheCollector:
             {(kind,): n for kind, n in traffic.upstream_errors.items()},
         )
 
-    def _store(self, server: CacheServer) -> Iterator[Metric]:
-        store = server.store
-        memory = store.memory
+    def _store(self, stats: CacheStats) -> Iterator[Metric]:
+        store: StoreStats = stats.store
         yield _gauge(
             "harvest_cache_store_objects",
             "Objects (and Vary markers) held, by tier.",
             ("tier",),
-            {("memory",): len(memory)},
+            {("memory",): store.memory_objects},
         )
         yield _gauge(
             "harvest_cache_store_bytes",
             "Bytes the store charges, by tier (memory: bodies and heads; disk: files and index).",
             ("tier",),
-            {("memory",): memory.size, ("disk",): self.disk_bytes},
+            {("memory",): store.memory_bytes, ("disk",): self.disk_bytes},
         )
         yield _gauge(
             "harvest_cache_store_capacity_bytes",
             "The configured size of each tier.",
             ("tier",),
-            {("memory",): memory.capacity, ("disk",): server.config.cache.disk_mb * 1024 * 1024},
+            {("memory",): store.memory_capacity, ("disk",): store.disk_capacity},
         )
         if self.filesystem is not None:
             size, free = self.filesystem
@@ -320,7 +195,7 @@ class CacheCollector:
             "harvest_cache_store_evictions",
             "Objects evicted to keep the memory tier within its size.",
             ("tier",),
-            {("memory",): memory.evictions},
+            {("memory",): store.memory_evictions},
         )
         yield _counter(
             "harvest_cache_store_failures",
@@ -328,30 +203,28 @@ class CacheCollector:
             ("operation",),
             {("read",): store.read_failures, ("write",): store.write_failures},
         )
-        proxy = server.proxy
         yield _gauge(
             "harvest_cache_page_copy_bytes",
             "Bytes of hot bodies also held in memory files, sent from there by the kernel.",
             (),
-            {(): proxy.page_bytes if proxy is not None else 0},
+            {(): stats.page_copy_bytes},
         )
-        waiting = sum(f.readers for f in proxy.flights()) if proxy is not None else 0
         yield _gauge(
             "harvest_cache_collapsed_waiters",
             "Clients reading fetches in progress (collapsed forwarding), fetching one included.",
             (),
-            {(): waiting},
+            {(): stats.collapsed_waiters},
         )
 
-    def _upstream(self, server: CacheServer) -> Iterator[Metric]:
-        resolver = server.resolver
+    def _upstream(self, stats: CacheStats) -> Iterator[Metric]:
+        dns = stats.dns
         yield _counter(
             "harvest_cache_dns_lookups",
             "Host name lookups, by outcome (hit: answered from the DNS cache).",
             ("outcome",),
-            {("hit",): resolver.hits, ("miss",): resolver.misses, ("failure",): resolver.failures},
+            {("hit",): dns.hits, ("miss",): dns.misses, ("failure",): dns.failures},
         )
-        pools = {"origin": server.pool, "peer": server.peer_pool}
+        pools = {"origin": stats.origin_pool, "peer": stats.peer_pool}
         yield _counter(
             "harvest_cache_upstream_connections_opened",
             "Connections opened to origins and peers.",
@@ -368,11 +241,11 @@ class CacheCollector:
             "harvest_cache_access_log_dropped_lines",
             "Access log lines dropped while the disk could not keep up.",
             (),
-            {(): server.access_log.dropped},
+            {(): stats.access_log_dropped},
         )
 
-    def _hierarchy(self, server: CacheServer) -> Iterator[Metric]:
-        icp = server.icp
+    def _hierarchy(self, stats: CacheStats) -> Iterator[Metric]:
+        icp: IcpStats | None = stats.icp
         if icp is not None:
             yield _counter(
                 "harvest_cache_icp_replies_sent",
@@ -398,10 +271,8 @@ class CacheCollector:
                 (),
                 {(): icp.unsent},
             )
-        neighbours = server.neighbours
-        if neighbours is not None:
-            now = asyncio.get_running_loop().time()
-            health = neighbours.health
+        health: dict[str, PeerStats] | None = stats.peers
+        if health is not None:
             per_peer = {
                 "harvest_cache_icp_queries_sent": ("ICP queries sent to each peer.", "queries"),
                 "harvest_cache_icp_replies_received": ("ICP replies from each peer.", "replies"),
@@ -435,7 +306,7 @@ class CacheCollector:
                 "1 for each peer's state: alive, dead (ICP silent) or down (TCP refused).",
                 ("peer", "state"),
                 {
-                    (p, state): float(h.state(now) == state)
+                    (p, state): float(h.state == state)
                     for p, h in health.items()
                     for state in ("alive", "dead", "down")
                 },
@@ -444,9 +315,9 @@ class CacheCollector:
                 "harvest_cache_icp_unexpected_replies",
                 "ICP replies from no peer asked, for no round of ours, or repeated.",
                 (),
-                {(): neighbours.unexpected_replies},
+                {(): stats.unexpected_icp_replies},
             )
-        digests = server.digests
+        digests = stats.digests
         if digests is not None:
             yield _gauge(
                 "harvest_cache_digest_entries",
@@ -472,9 +343,9 @@ class Registries:
     collector: CacheCollector
 
 
-def registries(server: CacheServer) -> Registries:
+def registries(stats: Callable[[], CacheStats]) -> Registries:
     cache = CollectorRegistry(auto_describe=False)
-    collector = CacheCollector(server)
+    collector = CacheCollector(stats)
     cache.register(collector)
     process = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=process)

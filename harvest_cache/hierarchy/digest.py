@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from harvest_cache.errors import DigestError
 from harvest_cache.hierarchy.responder import fresh_for
 from harvest_cache.http.freshness import Heuristic
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 
 VERSION = 5
 REQUIRED = 3  # the oldest reader that understands this layout

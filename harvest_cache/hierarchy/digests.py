@@ -20,6 +20,7 @@ from harvest_cache.errors import DigestError, UpstreamError
 from harvest_cache.hierarchy.digest import Digest, build, decode, key
 from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.http.freshness import Heuristic
+from harvest_cache.stats import DigestStats
 from harvest_cache.store.interface import ObjectStore
 
 log = logging.getLogger("harvest_cache")
@@ -108,6 +109,9 @@ class Digests:
             log.info("no cache digest from peer %s: %s", peer.name, e)
             return
         self._theirs[peer.name] = PeerDigest(digest, asyncio.get_running_loop().time())
+
+    def stats(self) -> DigestStats:
+        return DigestStats(self.own_entries, self.fetch_failures)
 
     def held(self, peer: Peer) -> Digest | None:
         """The digest ``peer`` last gave, if any (for the cache manager and tests)."""

@@ -47,6 +47,7 @@ from harvest_cache.hierarchy.responder import answer_opcode, hit_until
 from harvest_cache.http.freshness import HeuristicRules
 from harvest_cache.http.target import Target, canonical_url, parse_absolute
 from harvest_cache.server.tasks import TaskSet
+from harvest_cache.stats import IcpStats
 from harvest_cache.store.interface import Found, ObjectStore, StoredObject
 
 log = logging.getLogger("harvest_cache")
@@ -161,6 +162,9 @@ class IcpEndpoint:
     def answered(self) -> dict[str, int]:
         """Replies sent, by opcode name."""
         return {Opcode(op).name: n for op, n in self._answers.items() if n}
+
+    def stats(self) -> IcpStats:
+        return IcpStats(self.answered, self.dropped, self.own_sockets, self.unsent)
 
     def _readable(self, own: Address | None) -> None:
         """Take what is queued on the shared socket (``own`` None) or on the socket of

@@ -21,6 +21,7 @@ from harvest_cache.hierarchy.health import PeerHealth
 from harvest_cache.hierarchy.icp import IcpMessage, Opcode, encode, query
 from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.hierarchy.route import Facts, Hop, Policy, Route, Selection
+from harvest_cache.stats import PeerStats
 from harvest_cache.upstream.pool import Resolver
 
 log = logging.getLogger("harvest_cache")
@@ -156,6 +157,27 @@ class Neighbours:
         """A request sent to ``peer`` on its digest's word was answered: from its cache
         (``hit``), or not (a false hit of the digest)."""
         self.health[peer.name].digest_answered(hit)
+
+    def stats(self) -> dict[str, PeerStats]:
+        """Each peer's numbers and state now, in configuration order."""
+        now = self._loop.time()
+        out = {}
+        for peer in self.peers:
+            h = self.health[peer.name]
+            out[peer.name] = PeerStats(
+                str(peer),
+                h.state(now),
+                h.rtt,
+                h.queries,
+                h.replies,
+                h.hits,
+                h.timeouts,
+                h.uses,
+                h.connect_failures,
+                h.digest_hits,
+                h.digest_false_hits,
+            )
+        return out
 
     def drop(self, name: str) -> None:
         """Send nothing more to the peer ``name`` until the configuration is reloaded."""

@@ -15,7 +15,7 @@ from harvest_cache.hierarchy.icp import Opcode
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.freshness import Heuristic
 from harvest_cache.http.policy import Fresh, evaluate
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.interface import StoredObject
 
 HIT_MIN_TTL = 30.0

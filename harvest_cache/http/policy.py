@@ -21,9 +21,9 @@ from harvest_cache.http.freshness import (
 )
 from harvest_cache.http.headers import Headers, stored_fields
 from harvest_cache.http.invalidation import invalidated_urls, invalidates
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.validation import response_etag
 from harvest_cache.http.vary import vary_names
-from harvest_cache.store.entry import StoredHead
 
 # Statuses whose caching rules Harvest implements: with must-understand, only these may be
 # stored, and for them no-store is then ignored (RFC 9111 5.2.2.3).

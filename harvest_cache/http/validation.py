@@ -14,7 +14,7 @@ from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.dates import format_http_date, header_date
 from harvest_cache.http.forwarding import end_to_end
 from harvest_cache.http.headers import Headers, stored_fields
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 
 # Fields a 304 must not change in a stored response (RFC 9111 3.2): they describe the stored
 # content as received.

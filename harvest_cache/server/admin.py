@@ -15,7 +15,6 @@ traffic or count in it:
 from __future__ import annotations
 
 import asyncio
-import heapq
 import hmac
 import html
 import json
@@ -23,18 +22,19 @@ import os
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from harvest_cache import __version__
+from harvest_cache.config import Config
 from harvest_cache.errors import ConfigError, RequestError
 from harvest_cache.http.target import parse_absolute
 from harvest_cache.metrics import registries
-
-if TYPE_CHECKING:
-    from harvest_cache.server.app import CacheServer
+from harvest_cache.server.tasks import TaskSet
+from harvest_cache.stats import CacheStats
+from harvest_cache.store.tiered import TieredStore
 
 # Seconds between samples of the request counters, and the samples kept (an hour's).
 _SAMPLE_EVERY = 10.0
@@ -52,13 +52,40 @@ def _filesystem(directory: Path) -> tuple[int, int] | None:
     return stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
 
 
+class Managed(Protocol):
+    """The running cache, as its admin listener sees it (CacheServer is one)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def address(self) -> tuple[str, int]: ...
+
+    @property
+    def tasks(self) -> TaskSet: ...
+
+    @property
+    def store(self) -> TieredStore: ...
+
+    def stats(self) -> CacheStats: ...
+
+    def largest_in_memory(self, n: int) -> list[tuple[int, str]]: ...
+
+    def drop_peer(self, name: str) -> bool: ...
+
+    async def reload_config(self) -> list[str]: ...
+
+
 class AdminServer:
     """Start with ``await AdminServer.start(cache, host, port)``; ``address`` is where it
     listens. It samples the request counters itself, for the windowed ratios."""
 
-    def __init__(self, cache: CacheServer) -> None:
+    def __init__(self, cache: Managed) -> None:
         self._cache = cache
-        self._registries = registries(cache)
+        self._registries = registries(cache.stats)
         self._collector = self._registries.collector
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
@@ -68,7 +95,7 @@ class AdminServer:
         self.started = time.time()
 
     @classmethod
-    async def start(cls, cache: CacheServer, host: str, port: int) -> AdminServer:
+    async def start(cls, cache: Managed, host: str, port: int) -> AdminServer:
         self = cls(cache)
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
@@ -115,7 +142,7 @@ class AdminServer:
 
     def _totals(self) -> tuple[int, int]:
         """Requests answered and hits among them, so far."""
-        counts = self._cache.traffic.request_counts()
+        counts = self._cache.stats().traffic.request_counts()
         hits = sum(n for (_, r, _), n in counts.items() if r in ("TCP_MEM_HIT", "TCP_HIT"))
         return sum(counts.values()), hits
 
@@ -145,32 +172,24 @@ class AdminServer:
     def report(self) -> dict[str, Any]:
         """Everything the cache manager shows."""
         cache, config = self._cache, self._cache.config
-        memory = cache.store.memory
-        now = asyncio.get_running_loop().time()
-        peers = []
-        if cache.neighbours is not None:
-            for peer in cache.neighbours.peers:
-                health = cache.neighbours.health[peer.name]
-                peers.append(
-                    {
-                        "name": peer.name,
-                        "config": str(peer),
-                        "state": health.state(now),
-                        "rtt_ms": None if health.rtt is None else round(health.rtt * 1000, 3),
-                        "queries": health.queries,
-                        "replies": health.replies,
-                        "hits": health.hits,
-                        "timeouts": health.timeouts,
-                        "requests": health.uses,
-                        "digest_hits": health.digest_hits,
-                        "digest_false_hits": health.digest_false_hits,
-                    }
-                )
-        largest = heapq.nlargest(
-            _LARGEST,
-            ((h.body_length, h.url) for h in memory.heads()),
-        )
-        proxy = cache.proxy
+        stats = cache.stats()
+        peers = [
+            {
+                "name": name,
+                "config": peer.config,
+                "state": peer.state,
+                "rtt_ms": None if peer.rtt is None else round(peer.rtt * 1000, 3),
+                "queries": peer.queries,
+                "replies": peer.replies,
+                "hits": peer.hits,
+                "timeouts": peer.timeouts,
+                "requests": peer.uses,
+                "digest_hits": peer.digest_hits,
+                "digest_false_hits": peer.digest_false_hits,
+            }
+            for name, peer in (stats.peers or {}).items()
+        ]
+        largest = cache.largest_in_memory(_LARGEST)
         return {
             "info": {
                 "version": __version__,
@@ -185,14 +204,14 @@ class AdminServer:
             },
             "peers": peers,
             "store": {
-                "memory_objects": len(memory),
-                "memory_bytes": memory.size,
-                "memory_capacity_bytes": memory.capacity,
+                "memory_objects": stats.store.memory_objects,
+                "memory_bytes": stats.store.memory_bytes,
+                "memory_capacity_bytes": stats.store.memory_capacity,
                 "largest_in_memory": [{"url": u, "bytes": n} for n, u in largest],
             },
             "active": {
-                "client_connections": len(cache.connections),
-                "fetches": sorted(proxy.fetching()) if proxy is not None else [],
+                "client_connections": stats.client_connections,
+                "fetches": sorted(stats.fetching),
             },
         }
 
@@ -242,8 +261,6 @@ class AdminServer:
     async def _drop_peer(self, request: web.Request) -> web.Response:
         self._authorize(request)
         name = request.match_info["name"]
-        neighbours = self._cache.neighbours
-        if neighbours is None or name not in neighbours.health:
+        if not self._cache.drop_peer(name):
             raise web.HTTPNotFound(text=f"no peer named {name!r}\n")
-        neighbours.drop(name)
         return web.json_response({"peer": name, "dropped": True})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import socket
 from collections.abc import Callable
@@ -15,7 +16,6 @@ from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.hierarchy.neighbours import Neighbours
 from harvest_cache.hierarchy.peers import Peer
-from harvest_cache.metrics import Traffic
 from harvest_cache.outbox import Outbox
 from harvest_cache.server.accesslog import AccessLog, Rotation
 from harvest_cache.server.acl import address_in
@@ -24,7 +24,9 @@ from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.proxy import Proxy, heuristic_rules
 from harvest_cache.server.routing import Router, fetch_internal
 from harvest_cache.server.tasks import TaskSet
+from harvest_cache.stats import CacheStats, DnsStats, StoreStats
 from harvest_cache.store.tiered import TieredStore, open_store
+from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.dns import Resolver
 from harvest_cache.upstream.pool import Pool
 
@@ -291,6 +293,50 @@ class CacheServer:
         )
         self.connections.add(conn)
         return conn
+
+    # -- what the cache reports, and what its admin listener may do --------------------------
+
+    def stats(self) -> CacheStats:
+        """What the components report now (for metrics and the cache manager)."""
+        memory, store, proxy = self.store.memory, self.store, self.proxy
+        resolver, neighbours = self.resolver, self.neighbours
+        flights = proxy.flights() if proxy is not None else []
+        return CacheStats(
+            traffic=self.traffic,
+            store=StoreStats(
+                len(memory),
+                memory.size,
+                memory.capacity,
+                self.config.cache.disk_mb * 1024 * 1024,
+                memory.evictions,
+                store.read_failures,
+                store.write_failures,
+            ),
+            origin_pool=self.pool.stats(),
+            peer_pool=self.peer_pool.stats(),
+            dns=DnsStats(resolver.hits, resolver.misses, resolver.failures),
+            access_log_dropped=self.access_log.dropped,
+            client_connections=len(self.connections),
+            page_copy_bytes=proxy.page_bytes if proxy is not None else 0,
+            collapsed_waiters=sum(f.readers for f in flights),
+            fetching=proxy.fetching() if proxy is not None else [],
+            icp=self.icp.stats() if self.icp is not None else None,
+            peers=neighbours.stats() if neighbours is not None else None,
+            unexpected_icp_replies=neighbours.unexpected_replies if neighbours is not None else 0,
+            digests=self.digests.stats() if self.digests is not None else None,
+        )
+
+    def largest_in_memory(self, n: int) -> list[tuple[int, str]]:
+        """The ``n`` largest bodies the memory tier holds: (bytes, URL), largest first."""
+        return heapq.nlargest(n, ((h.body_length, h.url) for h in self.store.memory.heads()))
+
+    def drop_peer(self, name: str) -> bool:
+        """Forget what is known of peer ``name`` (False: no such peer)."""
+        neighbours = self.neighbours
+        if neighbours is None or name not in neighbours.health:
+            return False
+        neighbours.drop(name)
+        return True
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let requests in progress finish within ``grace``, then close all."""

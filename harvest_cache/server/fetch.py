@@ -22,6 +22,7 @@ from harvest_cache.http import forwarding
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.headers import Headers
 from harvest_cache.http.policy import StoreDecision, request_directives, storable
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target
 from harvest_cache.http.validation import (
     conditional_headers,
@@ -34,7 +35,7 @@ from harvest_cache.server.flight import Flight, FlightHead, FlightReader
 from harvest_cache.server.request import Request
 from harvest_cache.server.routing import Router, request_target
 from harvest_cache.server.variants import VariantTags
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.fields import shared_fields
 from harvest_cache.store.interface import ObjectStore, ObjectWriter, StoredObject
 from harvest_cache.upstream.client import Exchange, OutgoingRequest

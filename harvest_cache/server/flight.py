@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from harvest_cache.errors import UpstreamReset
 from harvest_cache.http.headers import Headers
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 
 
 class FlightRetry(UpstreamReset):

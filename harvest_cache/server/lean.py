@@ -27,9 +27,9 @@ from harvest_cache.http.forwarding import end_to_end, ensure_date, forwarded_hea
 from harvest_cache.http.freshness import HeuristicRules, age_value
 from harvest_cache.http.headers import Headers, stored_fields
 from harvest_cache.http.policy import Fresh, StoreDecision, evaluate, storable
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target
 from harvest_cache.http.validation import freshen, is_not_modified_for
-from harvest_cache.metrics import Traffic
 from harvest_cache.server.accesslog import AccessLog, Hierarchy
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.fetch import (
@@ -45,8 +45,9 @@ from harvest_cache.server.reply import bodyless, framing, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import ObjectStore, StoredObject
+from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.client import Exchange
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 from harvest_cache.upstream.pool import Pool

@@ -30,9 +30,9 @@ from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.forwarding import HOP_BY_HOP, forwarded_head
 from harvest_cache.http.headers import RawFields
 from harvest_cache.http.reply_shape import ReplyShape, shape_of, values_in
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import PLAIN_PATH, Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
-from harvest_cache.store.entry import StoredHead
 from harvest_cache.store.fields import Fields, shared_fields
 
 # Who asks, for which origin ("http://host:port", as spelt), with which request fields.

@@ -35,10 +35,10 @@ from harvest_cache.http.policy import (
     stale_on_failure,
 )
 from harvest_cache.http.ranges import IgnoreRange, SinglePart, Unsatisfiable, answer_range
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target, parse_absolute, parse_authority
 from harvest_cache.http.validation import freshen, head_confirms
 from harvest_cache.http.vary import vary_key, vary_names
-from harvest_cache.metrics import Traffic
 from harvest_cache.server.accesslog import AccessLog, Hierarchy
 from harvest_cache.server.acl import Access
 from harvest_cache.server.connection import ClientConnection, Planned
@@ -62,8 +62,9 @@ from harvest_cache.server.routing import Router, request_target
 from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.server.tunnel import open_tunnel
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, ObjectStore, StoredObject
+from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.client import OutgoingRequest
 from harvest_cache.upstream.pool import Pool
 

@@ -24,9 +24,9 @@ from harvest_cache.http.forwarding import forwarded_head
 from harvest_cache.http.freshness import initial_age
 from harvest_cache.http.headers import RawFields, stored_fields
 from harvest_cache.http.reply_shape import ReplyShape, shape_of, values_in
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
-from harvest_cache.store.entry import StoredHead
 from harvest_cache.store.fields import Fields
 from harvest_cache.store.interface import StoredObject
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from harvest_cache.metrics import Traffic
 from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head, line_tail
+from harvest_cache.traffic import Traffic
 
 
 @dataclass(slots=True)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harvest_cache.errors import HarvestCacheError
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.http.stored import StoredHead
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.fields import shared_fields
 
 FORMAT = 1

@@ -45,8 +45,9 @@ import diskcache
 from diskcache.core import MODE_BINARY, UNKNOWN
 
 from harvest_cache.errors import HarvestCacheError
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.codec import CorruptRecord, ObjectRecord, decode, encode
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, Found, StoredObject
 
 EVICTION_POLICY = "least-recently-stored"

@@ -6,7 +6,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, NamedTuple, Protocol
 
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.http.stored import StoredHead
+from harvest_cache.store.entry import VaryMarker
 
 
 @dataclass(slots=True)

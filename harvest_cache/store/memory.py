@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.http.stored import StoredHead
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import Found, StoredObject
 
 # What an entry costs beyond the characters of its strings and its body, measured with

@@ -17,8 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, TypeVarTuple
 
 from harvest_cache.config import KIB, MIB, CacheConfig
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.disk import Committed, DiskError, DiskTier, Spool
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, Found, StoredObject
 from harvest_cache.store.memory import MemoryTier
 

@@ -15,8 +15,8 @@ import httptools
 
 from harvest_cache.errors import ReadTimeout, UpstreamError, UpstreamProtocolError, UpstreamReset
 from harvest_cache.http.headers import Headers
-from harvest_cache.metrics import Traffic
 from harvest_cache.outbox import Outbox
+from harvest_cache.traffic import Traffic
 
 # Past this much unread body the socket is paused; the reader resumes it.
 _HIGH_WATER = 1 << 20

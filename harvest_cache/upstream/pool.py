@@ -11,8 +11,9 @@ from typing import Protocol, TypeVar
 
 from harvest_cache.config import UpstreamConfig
 from harvest_cache.errors import ConnectRefused, ConnectTimeout, LocalDestination, UpstreamError
-from harvest_cache.metrics import Traffic
 from harvest_cache.outbox import Outbox
+from harvest_cache.stats import PoolStats
+from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.connection import UpstreamConnection
 
 _SWEEP_EVERY = 5.0
@@ -147,6 +148,9 @@ class Pool:
             else:
                 return protocol
         raise failure or ConnectRefused(f"{host} has no address")
+
+    def stats(self) -> PoolStats:
+        return PoolStats(self.opened, self.reused)
 
     def _measured(self, host: str, rtt: float) -> None:
         old = self._rtt.pop(host, None)

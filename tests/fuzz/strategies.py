@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from harvest_cache.http.dates import format_http_date
 from harvest_cache.http.headers import Headers
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 
 T = TypeVar("T")
 

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.codec import FORMAT, CorruptRecord, ObjectRecord, decode, encode
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.entry import VaryMarker
 from tests.fuzz.strategies import FUZZ, weighted
 
 # Any text, lone surrogates included (undecodable bytes kept by surrogateescape).

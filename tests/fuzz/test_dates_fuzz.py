@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from harvest_cache.http.dates import format_http_date, parse_http_date
 from harvest_cache.http.headers import Headers
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.validation import conditional_headers
-from harvest_cache.store.entry import StoredHead
 from tests.fuzz.strategies import (
     FUZZ,
     MAX_TS,

@@ -18,7 +18,7 @@ from harvest_cache.http.policy import (
     stale_on_failure,
     storable,
 )
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 from tests.fuzz.strategies import FUZZ, cache_control_values, fields, headers, stored_heads
 
 heuristics = st.builds(

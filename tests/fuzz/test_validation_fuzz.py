@@ -10,6 +10,7 @@ from harvest_cache.http.conditional import not_modified
 from harvest_cache.http.dates import parse_http_date
 from harvest_cache.http.forwarding import HOP_BY_HOP
 from harvest_cache.http.headers import Headers
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.validation import (
     ETag,
     conditional_headers,
@@ -18,7 +19,6 @@ from harvest_cache.http.validation import (
     is_not_modified_for,
     parse_etag,
 )
-from harvest_cache.store.entry import StoredHead
 from tests.fuzz.strategies import FUZZ, etags, field, fields, headers, stored_heads
 
 _opaque = st.text(st.characters(exclude_characters='"'), max_size=10)

@@ -11,7 +11,7 @@ from harvest_cache.errors import DigestError
 from harvest_cache.hierarchy.digest import HEADER, Digest, build, decode, key
 from harvest_cache.http.dates import format_http_date
 from harvest_cache.http.freshness import Heuristic
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 
 NOW = 1_800_000_000.0
 

@@ -7,7 +7,7 @@ import pytest
 from harvest_cache.hierarchy.icp import Opcode
 from harvest_cache.hierarchy.responder import HIT_MIN_TTL, answer_opcode
 from harvest_cache.http.freshness import Heuristic
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.interface import StoredObject
 
 T = 1_700_000_000.0

@@ -15,7 +15,7 @@ from harvest_cache.http.policy import (
     request_directives,
     stale_on_failure,
 )
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 
 T = 1_700_000_000.0
 HEURISTIC = Heuristic(percent=10, max_seconds=86400)

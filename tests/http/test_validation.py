@@ -6,6 +6,7 @@ import pytest
 
 from harvest_cache.http.dates import format_http_date
 from harvest_cache.http.headers import Headers
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.validation import (
     ETag,
     conditional_headers,
@@ -14,7 +15,6 @@ from harvest_cache.http.validation import (
     is_not_modified_for,
     parse_etag,
 )
-from harvest_cache.store.entry import StoredHead
 
 T = 1_700_000_000.0
 LM = format_http_date(T - 86400)

@@ -20,10 +20,10 @@ from harvest_cache.http.forwarding import end_to_end, ensure_date, forwarded_hea
 from harvest_cache.http.freshness import Heuristic, age_value
 from harvest_cache.http.headers import Headers
 from harvest_cache.http.policy import Fresh, MustValidate, evaluate
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target
 from harvest_cache.http.validation import freshen
 from harvest_cache.server.refresh import RefreshPlan, RefreshPlans, plan_refresh
-from harvest_cache.store.entry import StoredHead
 from harvest_cache.store.interface import FileBody, StoredObject
 from tests.http.test_reply_shape import Parsed
 from tests.support import http_date

@@ -3,7 +3,8 @@ new head no longer fits (revalidated objects are refreshed this way again and ag
 
 from __future__ import annotations
 
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.http.stored import StoredHead
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.store.memory import FIELD_OVERHEAD, MemoryTier, entry_size, head_size
 

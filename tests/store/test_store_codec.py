@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.codec import CorruptRecord, ObjectRecord, decode, encode
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.entry import VaryMarker
 
 HEAD = StoredHead(
     url="http://example.org/caf\u00e9?q=1",

@@ -29,7 +29,7 @@ CHILD = f"""
 import asyncio, hashlib, sys
 from pathlib import Path
 from harvest_cache.config import CacheConfig
-from harvest_cache.store.entry import StoredHead
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.tiered import open_store
 
 def body(version):

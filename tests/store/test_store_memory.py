@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.http.stored import StoredHead
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.fields import shared_fields
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.store.memory import ENTRY_OVERHEAD, FIELD_OVERHEAD, MemoryTier, entry_size

@@ -19,8 +19,9 @@ import diskcache
 import pytest
 
 from harvest_cache.config import KIB, MIB, CacheConfig
+from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.disk import DiskError
-from harvest_cache.store.entry import StoredHead, VaryMarker
+from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, Found, StoredObject
 from harvest_cache.store.tiered import SPILL_BATCH, TieredStore, open_store
 

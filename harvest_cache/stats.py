@@ -1,0 +1,74 @@
+"""What the cache's components report, as plain values made when asked (a scrape, the cache
+manager): ``metrics`` and the admin listener read these, never the components themselves."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from harvest_cache.traffic import Traffic
+
+
+class StoreStats(NamedTuple):
+    memory_objects: int  # objects and Vary markers
+    memory_bytes: int
+    memory_capacity: int
+    disk_capacity: int
+    memory_evictions: int
+    read_failures: int  # disk reads that failed (each served as a miss)
+    write_failures: int
+
+
+class PoolStats(NamedTuple):
+    opened: int  # connections opened
+    reused: int  # requests sent on an idle kept-alive connection
+
+
+class DnsStats(NamedTuple):
+    hits: int  # answered from the hosts file or the cache
+    misses: int  # waited for a query
+    failures: int
+
+
+class IcpStats(NamedTuple):
+    answered: dict[str, int]  # replies sent, by opcode name
+    dropped: int  # malformed datagrams, or replies to no query of ours
+    own_sockets: int  # busy queriers answered on a socket of their own
+    unsent: int  # datagrams the socket refused to send
+
+
+class PeerStats(NamedTuple):
+    config: str  # the peer's configuration line
+    state: str  # alive, dead (ICP silent) or down (TCP refused)
+    rtt: float | None  # smoothed ICP round trip, seconds (None: never heard from)
+    queries: int
+    replies: int
+    hits: int
+    timeouts: int
+    uses: int  # requests sent to it
+    connect_failures: int
+    digest_hits: int
+    digest_false_hits: int
+
+
+class DigestStats(NamedTuple):
+    own_entries: int  # objects listed in the digest this cache publishes
+    fetch_failures: int  # peers' digests that could not be had
+
+
+class CacheStats(NamedTuple):
+    """Everything the cache reports at one moment."""
+
+    traffic: Traffic
+    store: StoreStats
+    origin_pool: PoolStats
+    peer_pool: PoolStats
+    dns: DnsStats
+    access_log_dropped: int
+    client_connections: int
+    page_copy_bytes: int  # hot bodies also held in memory files
+    collapsed_waiters: int  # clients reading fetches in progress
+    fetching: list[str]  # keys of the fetches in progress
+    icp: IcpStats | None
+    peers: dict[str, PeerStats] | None  # None: no hierarchy
+    unexpected_icp_replies: int
+    digests: DigestStats | None
