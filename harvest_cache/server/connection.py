@@ -19,10 +19,10 @@ import httptools
 
 from harvest_cache.config import Config
 from harvest_cache.errors import RequestError
+from harvest_cache.http.decision import POLICY_FIELDS
 from harvest_cache.http.headers import Headers, RawFields
 from harvest_cache.outbox import Outbox
 from harvest_cache.server.head_memo import HeadMemo, ParsedHead
-from harvest_cache.server.hot import SLOW_FIELDS
 from harvest_cache.server.request import BodyStream, Request
 from harvest_cache.server.tasks import TaskSet
 
@@ -302,7 +302,7 @@ class ClientConnection(asyncio.Protocol):
                 raise RequestError(431, "request trailer fields too large")
             return
         self._raw_headers.append((name, value))
-        if name.lower() in SLOW_FIELDS:
+        if name.lower() in POLICY_FIELDS:
             self._slow = True
         if len(name) == 4 and name.lower() == b"host":
             self._hosts += 1
@@ -333,6 +333,7 @@ class ClientConnection(asyncio.Protocol):
             headers=headers,
             keep_alive=parser.should_keep_alive(),
             started=time.monotonic(),
+            slow=self._slow,
         )
         self._url = bytearray()
         self._raw_headers = []

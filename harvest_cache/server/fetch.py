@@ -13,15 +13,15 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, assert_never
 
 from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
 from harvest_cache.hierarchy.route import DIRECT, Hop
 from harvest_cache.http import forwarding
-from harvest_cache.http.cache_control import parse_cache_control
+from harvest_cache.http.decision import DontStore, Freshen, Invalidate, Mismatch, Store, respond
 from harvest_cache.http.headers import Headers
-from harvest_cache.http.policy import StoreDecision, request_directives, storable
+from harvest_cache.http.policy import StoreDecision
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target
 from harvest_cache.http.validation import (
@@ -30,7 +30,7 @@ from harvest_cache.http.validation import (
     is_not_modified_for,
     response_etag,
 )
-from harvest_cache.http.vary import vary_key, vary_names
+from harvest_cache.http.vary import vary_key
 from harvest_cache.server.flight import Flight, FlightHead, FlightReader
 from harvest_cache.server.request import Request
 from harvest_cache.server.routing import Router, request_target
@@ -45,10 +45,6 @@ log = logging.getLogger("harvest_cache")
 
 # Unread bytes a flight holds for its slowest reader before the fetch waits.
 _WINDOW = 8 << 20
-# Not storing a 5xx answer to a validation (the stored response is kept instead).
-_VALIDATION_FAILED = StoreDecision(False, "validation-failed")
-# Not storing what a proxy-only peer sends (it keeps the object; we need not).
-_PROXY_ONLY = StoreDecision(False, "proxy-only")
 
 
 # Stored variants of a URL as (variant key, ETag field value), from VariantTags.
@@ -380,10 +376,10 @@ class Fetcher:
         except BaseException:
             exchange.abort()
             raise
-        if storing is None:
+        if storing is False:
             exchange.release()
             return None
-        return self._receive_body(flight, exchange, *storing), exchange.complete
+        return self._receive_body(flight, exchange, storing), exchange.complete
 
     async def _receive_head(
         self,
@@ -393,27 +389,15 @@ class Fetcher:
         stored: StoredHead | None,
         sent: Sent,
         alternatives: Alternatives = (),
-    ) -> tuple[ObjectWriter | None, StoredHead] | None:
-        """Publish the head; returns the body's writer (None: not stored) and the head to
-        store it under, or None when the exchange is over (a 304)."""
+    ) -> tuple[ObjectWriter, StoredHead] | Literal[False] | None:
+        """Publish the head; returns the body's writer and the head to store it under (None:
+        not stored), or False when the exchange is over (a 304)."""
         exchange, request_time, response_time, hop = sent
         head = exchange.head
         headers = forwarding.end_to_end(head.headers)
         forwarding.ensure_date(headers, response_time)
-        if stored is not None and head.status == 304:
-            if not is_not_modified_for(stored, headers):
-                raise _Mismatch
-            fresh = freshen(stored, headers, request_time, response_time)
-            await self._store.update_head(flight.key, fresh)
-            await exchange.read()  # a 304 has no body; this just completes the exchange
-            peer = exchange.peer_ip
-            flight.publish_head(
-                FlightHead(
-                    304, head.reason, headers, True, peer, fresh.vary_key, fresh, hop=hop.code
-                )
-            )
-            flight.finish()
-            return None
+        times = (request_time, response_time)
+        peer = exchange.peer_ip
         if stored is None and alternatives and head.status == 304:
             chosen = await self._chosen_variant(alternatives, headers)
             if chosen is None:
@@ -422,7 +406,6 @@ class Fetcher:
             fresh = freshen(old, headers, request_time, response_time)
             await self._store.update_head(variant, fresh)
             await exchange.read()
-            peer = exchange.peer_ip
             flight.publish_head(
                 FlightHead(
                     304,
@@ -437,59 +420,68 @@ class Fetcher:
                 )
             )
             flight.finish()
-            return None
-        if stored is not None and head.status >= 500:
-            # The validation failed: the stored response stays, to be served stale where
-            # allowed and validated again next time (RFC 9111 4.3.3).
-            decision = _VALIDATION_FAILED
-        elif hop.peer is not None and hop.peer.proxy_only:
-            decision = _PROXY_ONLY
-        else:
-            decision = storable(
-                "GET",
-                req.headers,
-                request_directives(req.headers),
-                head.status,
-                headers,
-                parse_cache_control(headers.get_all("Cache-Control")),
-            )
-        writer: ObjectWriter | None = None
+            return False
+        proxy_only = hop.peer is not None and hop.peer.proxy_only
+        response = respond(req.headers, stored, head.status, headers, times, proxy_only=proxy_only)
+        storing: tuple[ObjectWriter, StoredHead] | None = None
         selecting = ""
         key = target.url
-        if decision.ok:
-            names = vary_names(headers) or ()
-            if names:
-                marker = await self._marker(target.url, names)
-                selecting = vary_key(names, req.headers)
-                key = variant_key(target.url, marker, selecting)
-                etag = response_etag(headers)  # (only a valid one goes into If-None-Match)
-                tag = str(etag) if etag is not None else None
-                self.variant_tags.record(target.url, marker.generation, key, tag)
-            writer = self._store.open_writer(key, content_length(headers))
-        elif stored is not None and decision not in (_VALIDATION_FAILED, _PROXY_ONLY):
-            await self._store.delete(flight.key)
+        match response:
+            case Mismatch():
+                raise _Mismatch
+            case Freshen(head=fresh):
+                await self._store.update_head(flight.key, fresh)
+                await exchange.read()  # a 304 has no body; this just completes the exchange
+                flight.publish_head(
+                    FlightHead(
+                        304, head.reason, headers, True, peer, fresh.vary_key, fresh, hop=hop.code
+                    )
+                )
+                flight.finish()
+                return False
+            case Store(decision=decision, vary=names):
+                if names:
+                    marker = await self._marker(target.url, names)
+                    selecting = vary_key(names, req.headers)
+                    key = variant_key(target.url, marker, selecting)
+                    etag = response_etag(headers)  # (only a valid one goes into If-None-Match)
+                    tag = str(etag) if etag is not None else None
+                    self.variant_tags.record(target.url, marker.generation, key, tag)
+                writer = self._store.open_writer(key, content_length(headers))
+                if writer is not None:
+                    to_store = head_to_store(
+                        target.url, head.status, head.reason, headers, decision, times, selecting
+                    )
+                    storing = (writer, to_store)
+            case Invalidate():
+                await self._store.delete(flight.key)
+            case DontStore():
+                pass
+            case _:
+                assert_never(response)
         flight.publish_head(
             FlightHead(
                 head.status,
                 head.reason,
                 headers,
-                decision.ok,
-                exchange.peer_ip,
+                isinstance(response, Store),
+                peer,
                 selecting,
-                stored=writer is not None,
+                stored=storing is not None,
                 hop=hop.code,
             )
         )
-        times = (request_time, response_time)
-        to_store = head_to_store(
-            target.url, head.status, head.reason, headers, decision, times, selecting
-        )
-        return writer, to_store
+        return storing
 
     async def _receive_body(
-        self, flight: Flight, exchange: Exchange, writer: ObjectWriter | None, head: StoredHead
+        self,
+        flight: Flight,
+        exchange: Exchange,
+        storing: tuple[ObjectWriter, StoredHead] | None,
     ) -> None:
-        """Take the body into the flight (and the store), then end the exchange."""
+        """Take the body into the flight (and, with ``storing``, the store), then end the
+        exchange."""
+        writer, head = storing if storing is not None else (None, None)
         size = 0
         # When other processes must drop their copies first (``ObjectWriter.confirms``), the
         # last chunk reaches the clients only after the commit.
@@ -509,6 +501,7 @@ class Fetcher:
                         continue
                 await flight.publish(chunk)
             if writer is not None:
+                assert head is not None
                 await writer.commit(head.with_body_length(size))
             if held:
                 await flight.publish(held)

@@ -19,26 +19,6 @@ from harvest_cache.server.accesslog import line_rest, line_tail, time_field
 from harvest_cache.server.pages import BodyPages, PageCopy
 from harvest_cache.store.interface import ObjectStore, StoredObject
 
-# Request fields that call for the full policy, or announce a body: any of them sends a
-# request down the slow path.
-SLOW_FIELDS = frozenset(
-    {
-        b"cache-control",
-        b"pragma",
-        b"if-match",
-        b"if-none-match",
-        b"if-modified-since",
-        b"if-unmodified-since",
-        b"if-range",
-        b"range",
-        b"authorization",
-        b"proxy-authorization",
-        b"via",
-        b"max-forwards",
-        b"content-length",
-        b"transfer-encoding",
-    }
-)
 _MAX_ENTRIES = 4096
 _MAX_LINES = 16  # access-log lines kept per entry
 # How a head ends: for a connection that closes, an HTTP/1.0 one kept alive, and others.

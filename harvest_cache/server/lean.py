@@ -23,13 +23,23 @@ from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
+from harvest_cache.http.decision import (
+    Asked,
+    DontStore,
+    Fetch,
+    Freshen,
+    Held,
+    Revalidate,
+    Store,
+    lookup,
+    respond,
+)
 from harvest_cache.http.forwarding import end_to_end, ensure_date, forwarded_head, via_entry
 from harvest_cache.http.freshness import HeuristicRules, age_value
 from harvest_cache.http.headers import Headers, stored_fields
-from harvest_cache.http.policy import Fresh, StoreDecision, evaluate, storable
+from harvest_cache.http.policy import StoreDecision, evaluate
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target
-from harvest_cache.http.validation import freshen, is_not_modified_for
 from harvest_cache.server.accesslog import AccessLog, Hierarchy
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.fetch import (
@@ -119,15 +129,15 @@ class LeanPath:
         if found is None:
             if self.store.has_disk:
                 return False  # it may be on disk: looking is I/O
+            held = Held(None)
         elif isinstance(found, VaryMarker) or not isinstance(found.body, bytes):
             return False
         else:
-            heuristic = self.heuristics.for_url(key)
-            reuse = evaluate(found.head, _NO_DIRECTIVES, time.time(), heuristic)
-            if isinstance(reuse, Fresh):
-                return False  # a hit the fast path has not learnt yet
-            if reuse.stale_while_revalidate:
-                return False  # served stale at once, and revalidated behind it
+            held = Held(found.head)
+        asked = Asked("GET", req.headers, False, plain=True)
+        decision = lookup(asked, held, time.time(), self.heuristics.for_url(key))
+        if not isinstance(decision, Revalidate | Fetch):
+            return False  # a hit (fresh, or served stale while revalidated behind it)
         upstream = self.pool.take_idle(target.host, target.port, conn.client_ip)
         if upstream is None:
             return False
@@ -326,37 +336,45 @@ class LeanFetch:
         self._response_time = now = time.time()
         self._head = head
         stored = self._stored
+        stored_head = stored.head if stored is not None else None
         # (decoded as filtered: the response's own Headers are never made here)
         headers = end_to_end((n.decode("latin-1"), v.decode("latin-1")) for n, v in head.raw)
         ensure_date(headers, now)
-        if stored is not None and head.status == 304 and is_not_modified_for(stored.head, headers):
-            self._refreshed(stored, head, headers)
-            return
+        times = (self._request_time, now)
         length = content_length(headers)
+        if stored is not None and head.status == 304:
+            response = respond(self._req.headers, stored_head, 304, headers, times)
+            if isinstance(response, Freshen):
+                self._refreshed(stored, head, headers, response.head)
+            else:
+                self._move(head)  # (another response's 304: asked again, unconditionally)
+            return
+        # What this path can take: a small body of known length, no Vary.
         if bodyless("GET", head.status) or length is None or length > SMALL_BODY:
             self._move(head)
             return
-        if "Vary" in headers or (stored is not None and head.status >= 500):
-            self._move(head)  # (a failed validation: stale may be served instead)
+        if "Vary" in headers:
+            self._move(head)
             return
-        decision = storable(
-            "GET",
-            self._req.headers,
-            _NO_DIRECTIVES,
-            head.status,
-            headers,
-            parse_cache_control(headers.get_all("Cache-Control")),
-        )
-        if (decision.ok and self._path.store.has_disk) or (stored is not None and not decision.ok):
-            self._move(head)  # the store needs I/O
-            return
+        response = respond(self._req.headers, stored_head, head.status, headers, times)
+        decision: StoreDecision | None
+        match response:
+            case Store(decision=decision) if not self._path.store.has_disk:
+                keep = length <= self._path.store.max_object
+            case DontStore() if stored is None:
+                decision, keep = None, False
+            case _:
+                # A failed validation (stale may be served instead), a stored response to
+                # invalidate, or a disk write: the store needs I/O.
+                self._move(head)
+                return
         name = self._path.name
-        keep = decision.ok and length <= self._path.store.max_object
         peer = self._upstream.peer_ip
         self._flight.publish_head(
-            FlightHead(head.status, head.reason, headers, decision.ok, peer, stored=keep)
+            FlightHead(head.status, head.reason, headers, decision is not None, peer, stored=keep)
         )
         if keep:
+            assert decision is not None
             self._to_store = (headers, decision)
         fwd = "uri-miss" if stored is None else "stale"
         value = cache_status(
@@ -374,6 +392,7 @@ class LeanFetch:
         )
         self._answer = (client_head, b"")
         if keep and stored is None:
+            assert decision is not None
             self._plan_miss(head, headers, decision, value, client_head, length)
 
     @guarded
@@ -428,10 +447,11 @@ class LeanFetch:
         )
         self._path.store.put_now(url, stored, body)
 
-    def _refreshed(self, stored: StoredObject, head: ResponseHead, headers: Headers) -> None:
-        """A 304 confirmed the stored object: answer from it under the refreshed head."""
+    def _refreshed(
+        self, stored: StoredObject, head: ResponseHead, headers: Headers, fresh: StoredHead
+    ) -> None:
+        """A 304 confirmed the stored object: answer from it under the ``fresh`` head."""
         path, key = self._path, self._target.url
-        fresh = freshen(stored.head, headers, self._request_time, self._response_time)
         write = path.store.refresh_head(key, fresh)
         if write is not None:
             path.tasks.spawn(write, f"store head {key}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from secrets import token_hex
+from typing import assert_never
 
 from harvest_cache.config import CacheConfig, Config
 from harvest_cache.errors import NoRoute, RequestError, UpstreamError
@@ -19,26 +20,39 @@ from harvest_cache.http import conditional, forwarding
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
 from harvest_cache.http.dates import format_http_date
+from harvest_cache.http.decision import (
+    Asked,
+    Fetch,
+    Forward,
+    FromCache,
+    GiveUp,
+    Held,
+    Refetch,
+    Refuse,
+    Relay,
+    Revalidate,
+    ServeRefreshed,
+    ServeStale,
+    TryStale,
+    after_forward,
+    bypass,
+    lookup,
+    relay,
+    serve_stale,
+)
 from harvest_cache.http.freshness import (
     Heuristic,
     HeuristicRules,
-    current_age,
-    explicit_lifetime,
 )
 from harvest_cache.http.headers import Headers, RawFields
 from harvest_cache.http.policy import (
-    Fresh,
     evaluate,
-    invalidated_urls,
-    invalidates,
     request_directives,
-    stale_on_failure,
 )
 from harvest_cache.http.ranges import IgnoreRange, SinglePart, Unsatisfiable, answer_range
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target, parse_absolute, parse_authority
-from harvest_cache.http.validation import freshen, head_confirms
-from harvest_cache.http.vary import vary_key, vary_names
+from harvest_cache.http.vary import vary_key
 from harvest_cache.server.accesslog import AccessLog, Hierarchy
 from harvest_cache.server.acl import Access
 from harvest_cache.server.connection import ClientConnection, Planned
@@ -49,9 +63,9 @@ from harvest_cache.server.fetch import (
     upstream_headers,
     variant_key,
 )
-from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, StartedFetch
+from harvest_cache.server.flight import Flight, FlightHead, FlightReader, FlightRetry, StartedFetch
 from harvest_cache.server.head_memo import HeadMemo
-from harvest_cache.server.hot import SLOW_FIELDS, HotIndex
+from harvest_cache.server.hot import HotIndex
 from harvest_cache.server.lean import LeanPath
 from harvest_cache.server.pages import BodyPages
 from harvest_cache.server.planned import start_planned
@@ -72,9 +86,6 @@ log = logging.getLogger("harvest_cache")
 
 # Bodies smaller than this are joined to their head for a single send.
 _COALESCE = 64 * 1024
-
-# Answers to a validation that count as its failure (RFC 5861 4).
-_SERVER_ERRORS = frozenset({500, 502, 503, 504})
 
 # Cache-Status details for the answers the cache gives itself.
 _DETAILS = {
@@ -457,86 +468,75 @@ class Proxy:
         retried: bool = False,
     ) -> None:
         if req.started_fetch is not None:
+            # (begun by the miss fast path: a plain GET, revalidating what it found or not)
             started, req.started_fetch = req.started_fetch, None
-            await self._serve_flight(
-                req, target, started, False, "uri-miss", tx, reply, conn, retried
-            )
+            fwd = "stale" if started.revalidating else "uri-miss"
+            await self._serve_flight(req, target, started, False, fwd, tx, reply, conn, retried)
             return
-        if not self._config.cache.cache_query_urls and "?" in target.path:
-            await self._forward(req, target, conn, tx, reply, "TCP_MISS", fwd="bypass")
+        bypassed = bypass(target.path, self._config.cache.cache_query_urls)
+        if bypassed is not None:
+            await self._forward(req, target, conn, tx, reply, bypassed.result, fwd=bypassed.fwd)
             return
-        cc = request_directives(req.headers)
         url = target.url
         key = url
         found = await self._lookup(url)
-        # Why the request goes forward if it does (RFC 9211 2.2), unless to validate: the
-        # request's own semantics where something was stored, else no stored response.
-        fwd = "uri-miss"
-        alternatives: Alternatives = ()
+        marker: VaryMarker | None = None
         if isinstance(found, VaryMarker):
             marker = found
             key = variant_key(url, marker, vary_key(marker.names, req.headers))
             found = await self._lookup(key)
             if isinstance(found, VaryMarker):
                 found = None
-            fwd = "vary-miss"
-            if found is None and not cc.no_cache:
-                # The origin may say that one of the variants stored already would do.
-                alternatives = self._fetcher.variant_tags.candidates(url, marker.generation)
-        if found is not None and cc.no_cache:
-            fwd = "request"
-        if "If-Match" in req.headers or "If-Unmodified-Since" in req.headers:
-            # Preconditions on the resource's current state, which only the origin knows: a
-            # cache must not evaluate them (RFC 9111 4.3.2).
-            _close_body(found)
-            fwd = "request" if found is not None else fwd
-            await self._forward(req, target, conn, tx, reply, "TCP_MISS", fwd=fwd)
-            return
-        if found is not None and not cc.no_cache:
-            now = time.time()
-            reuse = evaluate(found.head, cc, now, self.heuristics.for_url(url))
-            if isinstance(reuse, Fresh):
-                tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"
-                if found.tier == "memory" and key == url and _plain(req):
-                    self._hot.add(
-                        req.target.encode("latin-1"), key, found, reuse.age, reuse.ttl, now
-                    )
-                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit", key=key)
-                return
-            if reuse.ttl > 0 and reuse.reason in ("request-max-age", "min-fresh"):
-                fwd = "request"  # fresh, but the request's own directives refused it
-            if reuse.stale_while_revalidate and req.body is None:
-                self._refresh_behind(req, target, key, found, conn.client_ip)
-                tx.result = "TCP_MEM_HIT" if found.tier == "memory" else "TCP_HIT"
-                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, "hit", key=key)
-                return
-        if cc.only_if_cached:
-            _close_body(found)
-            tx.result = "TCP_MISS"
-            raise RequestError(504, "only-if-cached: the object is not in the cache", close=False)
+        varies = marker is not None
+        held = Held(None, varies=varies) if found is None else Held(found.head, found.tier, varies)
         # A request that came round through our peers must not join our own fetch of the
         # URL: that fetch waits on the very peer that sent it back.
         looped = not self._router.direct_only and forwarding.is_loop(req.headers, self.name)
-        if req.method == "HEAD" or req.body is not None or looped or _uncollapsible(req.headers):
-            _close_body(found)
-            result = "TCP_CLIENT_REFRESH_MISS" if cc.no_cache else "TCP_MISS"
-            described = (key, found.head) if req.method == "HEAD" and found is not None else None
-            if found is not None and fwd != "request":
-                fwd = "stale"
-            await self._forward(req, target, conn, tx, reply, result, described, fwd)
-            return
-        stored = found if found is not None and not cc.no_cache else None
-        if found is not None and stored is None:
-            _close_body(found)
-        relay = interim_relay(conn, req.version, self.lean.via)
-        try:
-            flight, reader, joined = await self._fetcher.join_or_start(
-                req, target, key, stored, conn.client_ip, relay, alternatives
-            )
-        finally:
-            _close_body(stored)
-        started = StartedFetch(flight, reader, stored is not None)
-        await self._serve_flight(req, target, started, joined, fwd, tx, reply, conn, retried)
+        asked = Asked(req.method, req.headers, req.body is not None, looped, _plain(req))
+        decision = lookup(asked, held, time.time(), self.heuristics.for_url(url))
+        match decision:
+            case FromCache(age=age, ttl=ttl, result=result, prepare=prepare):
+                assert found is not None
+                tx.result = result
+                if prepare:
+                    now = time.time()
+                    self._hot.add(req.target.encode("latin-1"), key, found, age, ttl, now)
+                await self._serve_stored(req, found, age, ttl, reply, "hit", key=key)
+            case ServeStale(age=age, ttl=ttl, result=result):
+                assert found is not None
+                self._refresh_behind(req, target, key, found, conn.client_ip)
+                tx.result = result
+                await self._serve_stored(req, found, age, ttl, reply, "hit", key=key)
+            case Refuse(status=status, reason=reason, result=result):
+                _close_body(found)
+                tx.result = result
+                raise RequestError(status, reason, close=False)
+            case Forward(result=result, fwd=why, describe=describe):
+                _close_body(found)
+                described = (key, found.head) if describe and found is not None else None
+                await self._forward(req, target, conn, tx, reply, result, described, why)
+            case Revalidate(fwd=fwd) | Fetch(fwd=fwd):
+                stored = found if isinstance(decision, Revalidate) else None
+                if found is not None and stored is None:
+                    _close_body(found)
+                alternatives: Alternatives = ()
+                if isinstance(decision, Fetch) and decision.alternatives and marker is not None:
+                    # The origin may say that one of the variants stored already would do.
+                    tags = self._fetcher.variant_tags
+                    alternatives = tags.candidates(url, marker.generation)
+                relay_to = interim_relay(conn, req.version, self.lean.via)
+                try:
+                    flight, reader, joined = await self._fetcher.join_or_start(
+                        req, target, key, stored, conn.client_ip, relay_to, alternatives
+                    )
+                finally:
+                    _close_body(stored)
+                started = StartedFetch(flight, reader, stored is not None)
+                await self._serve_flight(
+                    req, target, started, joined, fwd, tx, reply, conn, retried
+                )
+            case _:
+                assert_never(decision)
 
     async def _serve_flight(
         self,
@@ -551,12 +551,12 @@ class Proxy:
         retried: bool,
     ) -> None:
         """Answer from a flight this request started or joined; ``fwd`` is why it went
-        forward (for Cache-Status) unless it was to validate a stored response."""
+        forward (for Cache-Status)."""
         flight, reader, revalidating = started
         key = flight.key
-        if revalidating and fwd != "request":
-            fwd = "stale"
         try:
+            failure: UpstreamError | None = None
+            head: FlightHead | None = None
             try:
                 head = await flight.head
             except UpstreamError as error:
@@ -564,68 +564,88 @@ class Proxy:
                     reader.close()
                     await self._cached(req, target, conn, tx, reply, retried=True)
                     return
-                if (
-                    revalidating
-                    and not error.denied
-                    and await self._serve_stale(req, key, tx, reply, None)
-                ):
-                    return
-                raise
-            # The errors stale-if-error is about (RFC 5861 4); others are answers like any.
-            failed = revalidating and head.refreshed is None and head.status in _SERVER_ERRORS
-            if failed and await self._serve_stale(req, key, tx, reply, head.status):
-                return
-            if joined and not _shareable_for(head, req):
-                reader.close()
-                await self._forward(req, target, conn, tx, reply, "TCP_MISS")
-                return
-            tx.hierarchy = head.hop
-            tx.peer = head.peer_ip
-            if head.refreshed is not None:
-                reader.close()
-                tx.result = "TCP_REFRESH_UNMODIFIED"
-                key = head.refreshed_key or key
-                found = await self._lookup(key)
-                if not isinstance(found, StoredObject):
-                    # Evicted between the 304 and now: fetch it whole.
-                    await self._forward(req, target, conn, tx, reply, "TCP_SWAPFAIL_MISS")
-                    return
-                heuristic = self.heuristics.for_url(target.url)
-                reuse = evaluate(found.head, parse_cache_control(()), time.time(), heuristic)
-                await self._serve_stored(req, found, reuse.age, reuse.ttl, reply, fwd, 304, key=key)
-                return
-            if failed:
-                tx.result = "TCP_REFRESH_FAIL_ERR"
-            elif revalidating:
-                tx.result = "TCP_REFRESH_MODIFIED"
-            elif fwd == "request":
-                tx.result = "TCP_CLIENT_REFRESH_MISS"
-            else:
-                tx.result = "TCP_CF_MISS" if joined else "TCP_MISS"
-            headers = head.headers.copy()
-            forwarding.add_via(headers, "1.1", self.name)
-            headers.add(  # after any member of caches nearer the origin (RFC 9211 2)
-                "Cache-Status",
-                cache_status(
-                    self.name,
-                    hit=False,
+                failure = error
+            tried = failure is not None and failure.denied  # (a refusal: no stale answer)
+            while True:
+                relayed = relay(
+                    head,
+                    req.headers,
+                    revalidating=revalidating,
+                    joined=joined,
                     fwd=fwd,
-                    fwd_status=head.status,
-                    stored=head.stored and not joined,
-                    collapsed=joined,
-                    key=self.lean.key_for(key),
-                ),
-            )
-            whole = reader.read_whole(_COALESCE)
-            reply.start(
-                head.status, head.reason, headers, content_length(head.headers), whole or b""
-            )
-            if whole is None:
-                while chunk := await reader.read():
-                    await reply.write(chunk)
-            await reply.end()
+                    tried_stale=tried,
+                    now=time.time(),
+                )
+                if not isinstance(relayed, TryStale):
+                    break
+                if await self._serve_stale(req, key, tx, reply, relayed.fwd_status):
+                    return
+                tried = True
+            match relayed:
+                case GiveUp():
+                    assert failure is not None
+                    raise failure
+                case Refetch():
+                    reader.close()
+                    await self._forward(req, target, conn, tx, reply, "TCP_MISS")
+                case ServeRefreshed(result=result):
+                    assert head is not None
+                    reader.close()
+                    tx.hierarchy = head.hop
+                    tx.peer = head.peer_ip
+                    tx.result = result
+                    key = head.refreshed_key or key
+                    found = await self._lookup(key)
+                    if not isinstance(found, StoredObject):
+                        # Evicted between the 304 and now: fetch it whole.
+                        await self._forward(req, target, conn, tx, reply, "TCP_SWAPFAIL_MISS")
+                        return
+                    heuristic = self.heuristics.for_url(target.url)
+                    reuse = evaluate(found.head, parse_cache_control(()), time.time(), heuristic)
+                    await self._serve_stored(
+                        req, found, reuse.age, reuse.ttl, reply, fwd, 304, key=key
+                    )
+                case Relay(result=result):
+                    assert head is not None
+                    tx.hierarchy = head.hop
+                    tx.peer = head.peer_ip
+                    tx.result = result
+                    await self._relay(head, reader, joined, fwd, key, reply)
+                case _:
+                    assert_never(relayed)
         finally:
             reader.close()
+
+    async def _relay(
+        self,
+        head: FlightHead,
+        reader: FlightReader,
+        joined: bool,
+        fwd: str,
+        key: str,
+        reply: Reply,
+    ) -> None:
+        """Send the fetched response on as it streams."""
+        headers = head.headers.copy()
+        forwarding.add_via(headers, "1.1", self.name)
+        headers.add(  # after any member of caches nearer the origin (RFC 9211 2)
+            "Cache-Status",
+            cache_status(
+                self.name,
+                hit=False,
+                fwd=fwd,
+                fwd_status=head.status,
+                stored=head.stored and not joined,
+                collapsed=joined,
+                key=self.lean.key_for(key),
+            ),
+        )
+        whole = reader.read_whole(_COALESCE)
+        reply.start(head.status, head.reason, headers, content_length(head.headers), whole or b"")
+        if whole is None:
+            while chunk := await reader.read():
+                await reply.write(chunk)
+        await reply.end()
 
     def _refresh_behind(
         self, req: Request, target: Target, key: str, stale: StoredObject, client_ip: str
@@ -644,11 +664,11 @@ class Proxy:
         # preconditions, whose answers (206, 412...) are for it alone.
         headers = req.headers.copy()
         headers.remove("Range", *conditional.CONDITIONAL_FIELDS)
-        plain = Request("GET", req.target, req.version, headers, True, req.started)
+        own = Request("GET", req.target, req.version, headers, True, req.started)
         try:
             # Only the head of ``stale`` is read (for its validators); the fetch stores what
             # comes back, as it would for a client.
-            _, reader, _ = await self._fetcher.join_or_start(plain, target, key, stale, client_ip)
+            _, reader, _ = await self._fetcher.join_or_start(own, target, key, stale, client_ip)
             reader.close()
         except UpstreamError as e:
             log.info("background revalidation of %s failed: %s", key, e)
@@ -659,15 +679,14 @@ class Proxy:
         self, req: Request, key: str, tx: Transaction, reply: Reply, fwd_status: int | None
     ) -> bool:
         """Serve the stored response for ``key`` after its validation failed (the origin
-        answered ``fwd_status`` >= 500, or could not be reached: None), if that is allowed
-        (``stale_on_failure``); False if not, and the failure is the answer."""
+        answered ``fwd_status`` >= 500, or could not be reached: None), if ``serve_stale``
+        allows; False if not, and the failure is the answer."""
         found = await self._lookup(key)
         if not isinstance(found, StoredObject):
             return False
         heuristic = self.heuristics.for_url(found.head.url)
         reuse = evaluate(found.head, request_directives(req.headers), time.time(), heuristic)
-        max_stale = self._config.cache.max_stale
-        if not stale_on_failure(reuse, unreachable=fwd_status is None, max_stale=max_stale):
+        if not serve_stale(reuse, fwd_status, self._config.cache.max_stale):
             _close_body(found)
             return False
         tx.result = "TCP_REFRESH_FAIL_OLD"
@@ -783,16 +802,21 @@ class Proxy:
             response_time = time.time()
             response_headers = forwarding.end_to_end(head.headers)
             forwarding.ensure_date(response_headers, response_time)
-            if invalidates(req.method, head.status):
-                for url in invalidated_urls(target.url, response_headers):
-                    await self._store.delete(url)
-            if described is not None and head.status == 200:
-                key, stored = described
-                if head_confirms(stored, response_headers):
-                    fresh = freshen(stored, response_headers, request_time, response_time)
-                    await self._store.update_head(key, fresh)
-                else:
-                    await self._store.delete(key)
+            changes = after_forward(
+                req.method,
+                target.url,
+                head.status,
+                response_headers,
+                described[1] if described is not None else None,
+                (request_time, response_time),
+            )
+            for url in changes.invalidated:
+                await self._store.delete(url)
+            if described is not None:
+                if changes.freshened is not None:
+                    await self._store.update_head(described[0], changes.freshened)
+                elif changes.drop_described:
+                    await self._store.delete(described[0])
             forwarding.add_via(response_headers, "1.1", self.name)
             cacheable = req.method in ("GET", "HEAD")
             if fwd is None:
@@ -814,11 +838,7 @@ class Proxy:
 
 def _plain(req: Request) -> bool:
     """Whether the fast path would have taken this request (so it may take the next one)."""
-    return (
-        req.method == "GET"
-        and req.body is None
-        and not any(n.lower().encode("latin-1") in SLOW_FIELDS for n, _ in req.headers)
-    )
+    return req.method == "GET" and req.body is None and not req.slow
 
 
 def _ranged(
@@ -854,33 +874,6 @@ def _cut(body: bytes | FileBody, first: int, last: int) -> bytes | FileBody:
     if isinstance(body, bytes):
         return body[first : last + 1]
     return FileBody(body.file, body.offset + first, last - first + 1)
-
-
-def _uncollapsible(headers: Headers) -> bool:
-    """Requests whose responses are their own: conditional or ranged."""
-    return conditional.has_conditionals(headers) or "Range" in headers
-
-
-def _shareable_for(head: FlightHead, req: Request) -> bool:
-    """Whether a client that joined a fetch may be given its response."""
-    if not head.shareable:
-        return False
-    if head.refreshed is None:
-        # A response that may not be reused without validation (no-cache, or stale on
-        # arrival) or whose stored form omits fields (private="...") answers only the client
-        # that asked for it (RFC 9111 5.2.2.4, 5.2.2.7, 4).
-        cc = parse_cache_control(head.headers.get_all("Cache-Control"))
-        if cc.no_cache or cc.no_cache_fields or cc.private_fields:
-            return False
-        lifetime = explicit_lifetime(head.headers, cc)
-        if lifetime is not None:
-            now = time.time()  # (the response has just arrived: its age is its Age and Date)
-            if lifetime <= current_age(head.headers, now, now, now):
-                return False
-    if "Vary" not in head.headers:
-        return True
-    selecting = vary_names(head.headers)
-    return selecting is not None and vary_key(selecting, req.headers) == head.vary_key
 
 
 def _close_body(obj: object) -> None:

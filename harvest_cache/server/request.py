@@ -89,6 +89,8 @@ class Request:
     content_length: int | None = None
     error: RequestError | None = field(default=None)
     started_fetch: StartedFetch | None = None  # the fetch the miss fast path began for it
+    # A field that calls for the full policy came with it (http.decision.POLICY_FIELDS).
+    slow: bool = False
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.target} HTTP/{self.version}>"
