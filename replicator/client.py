@@ -11,6 +11,7 @@ signature), ``protocol`` (an answer that is not what was asked for).
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -193,7 +194,10 @@ class PeerClient:
         content_type: str = "application/json",
     ) -> bytes:
         """The answer's body, once its signature is checked."""
-        headers = auth.sign_request(self._secret, self._member, method, path_qs, body, time.time())
+        nonce = secrets.token_hex(16)  # the request's id: a replay of it is refused
+        headers = auth.sign_request(
+            self._secret, self._member, method, path_qs, body, time.time(), nonce
+        )
         if body:
             headers["Content-Type"] = content_type
         # Sent as signed: not re-quoted on the way.
