@@ -40,7 +40,7 @@ async def _body(response: aiohttp.ClientResponse, target: str) -> bytes:
     data = await response.read()
     if response.status >= 400:
         reason = " ".join(data[:300].decode("utf-8", "replace").split())
-        raise PeerError(target, "status", f"answered {response.status}: {reason}")
+        raise PeerError(target, "status", f"answered {response.status}: {reason}", response.status)
     return data
 
 

@@ -54,12 +54,13 @@ class ConfigError(ReplicatorError):
 class PeerError(ReplicatorError):
     """A request to another member (or the local broker) failed; ``kind`` is one of a small
     fixed set (it labels metrics): ``connect``, ``timeout``, ``status``, ``auth``,
-    ``protocol``."""
+    ``protocol``; ``status``: the error answer's status, for kind ``status``."""
 
-    def __init__(self, target: str, kind: str, reason: str) -> None:
+    def __init__(self, target: str, kind: str, reason: str, status: int | None = None) -> None:
         self.target = target
         self.kind = kind
         self.reason = reason
+        self.status = status
         super().__init__(f"{target}: {kind}: {reason}")
 
 

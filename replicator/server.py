@@ -256,12 +256,13 @@ class Service:
 def _json(request: web.Request) -> Any:
     try:
         return json.loads(request[BODY])
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (ValueError, RecursionError) as error:  # also too deep, or an integer too long
         raise BadRequest(f"the body is not JSON: {error}") from None
 
 
 def _integer(text: str, name: str) -> int:
-    if not text.isdigit() or len(text) > 18:
+    # ASCII digits only: "²" is a digit to isdigit, not to int.
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise BadRequest(f"{name}: a non-negative integer, not {text!r}")
     return int(text)
 
@@ -305,6 +306,10 @@ def make_app(node: Node) -> web.Application:
         try:
             return await handler(request)
         except PeerError as error:
+            if error.status == 400:
+                # The broker refused what the member asked for (a bucket out of range, a
+                # limit over its own): the member's error, not an outage.
+                return web.json_response({"error": f"refused: {error}"}, status=400)
             return web.json_response({"error": f"cannot answer now: {error}"}, status=503)
         except ReplicatorError as error:
             return web.json_response({"error": str(error)}, status=400)

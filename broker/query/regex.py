@@ -27,6 +27,7 @@ _CACHED = 256
 _CONDITION_GROUP = re.compile(r"\(\?\(([^)]*)")
 _QUANTIFIER = re.compile(r"\{([0-9]*)(,?)([0-9]*)\}")
 _FLAGS = frozenset("ims-")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _BACKREFERENCES = r"backreferences (\1, (?P=name)) are not supported"
 _LOOKAROUND = "lookahead and lookbehind ((?=...), (?<=...)) are not supported"
 # What may follow "(?", for the group kinds RE2 lacks.
@@ -57,6 +58,9 @@ def problem(pattern: str) -> tuple[int, str] | None:
     unsupported = _unsupported(pattern)
     if unsupported is not None:
         return unsupported
+    surrogate = _SURROGATE.search(pattern)
+    if surrogate is not None:  # RE2 reads UTF-8, which has no surrogates
+        return surrogate.start(), "bad regular expression: a lone surrogate is not a character"
     try:
         compiled(pattern, True)
     except re2.error as exc:

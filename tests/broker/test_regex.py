@@ -85,6 +85,8 @@ def test_the_documented_differences_from_python_re() -> None:
         ("/(?a)x/", 1, "only the flags i, m and s are supported"),
         ("/(?#note)x/", 1, "comments ((?#...)) are not supported"),
         ("/a{1001}/", 2, "bad regular expression: invalid repetition size: {1001}"),
+        # Found by tests/broker/test_fuzz_broker.py: RE2 could not even be handed it.
+        ("/x\udcff/", 2, "bad regular expression: a lone surrogate is not a character"),
     ],
 )
 def test_what_the_engine_lacks_is_refused_where_it_is_written(

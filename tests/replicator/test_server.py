@@ -6,6 +6,7 @@ Retry-After rather than forget one."""
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yarl
 from aiohttp import web
 
 from broker.app import Broker
@@ -181,3 +183,32 @@ async def test_a_full_memory_of_request_ids_refuses_with_503(
         assert "16 requests within 300 s are remembered already" in error
         with pytest.raises(PeerError, match="answered 503"):
             await peer.request(member.address, "GET", path)
+
+
+@pytest.mark.parametrize(
+    ("method", "path_qs", "body", "status"),
+    [
+        # Found by tests/replicator/test_fuzz_replicator.py: 500s before.
+        ("GET", f"/replication/{GROUP}/changes?after=%C2%B2", b"", 400),
+        ("GET", "/replication/probe?size=%C2%B2", b"", 400),
+        ("POST", f"/replication/{GROUP}/notify", b"[" * 5000, 400),
+        # The broker refuses these (a bucket out of range, a limit over its own): the
+        # member's error, not an outage (503).
+        ("GET", f"/replication/{GROUP}/buckets?b=-1", b"", 400),
+        ("GET", f"/replication/{GROUP}/changes?limit=999999", b"", 400),
+    ],
+)
+async def test_malformed_signed_requests_are_answered_400(
+    member: Member,
+    session: aiohttp.ClientSession,
+    method: str,
+    path_qs: str,
+    body: bytes,
+    status: int,
+) -> None:
+    headers = auth.sign_request(
+        SECRET.encode(), "m2", method, path_qs, body, time.time(), secrets.token_hex(16)
+    )
+    url = yarl.URL(f"http://{member.address}{path_qs}", encoded=True)
+    async with session.request(method, url, data=body or None, headers=headers) as response:
+        assert response.status == status, await response.text()
