@@ -6,6 +6,7 @@ HSR stalls neither its own query nor anyone else's."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from broker.errors import QuerySyntaxError
 from broker.hsr import server_record
 from broker.match import matches
 from broker.query import parse
-from broker.search import Searcher
+from broker.search import CHECK_SECONDS, Searcher
 from broker.snippets import snippets
 from gatherer.soif import encode
 from tests.broker.test_api import get_json, load, make, running, url_of
@@ -150,3 +151,36 @@ async def test_a_query_out_of_time_answers_what_it_checked_by_then(tmp_path: Pat
         page = await spent.search("cache", limit=5)
         assert (page.total, page.exact, len(page.results)) == (300, True, 5)
         assert all(result.snippets == () for result in page.results)
+
+
+async def test_a_slow_linear_pattern_holds_up_no_other_request(tmp_path: Path) -> None:
+    # RE2 takes about 0.1 s for this pattern over each of these values: seconds in all,
+    # on a worker thread that lets go of the GIL, cut at the query's time bound.
+    slow = "Description: /(.*){20}y/"
+    rng = random.Random(25)
+    text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(100_000))
+    async with running(tmp_path / "b") as broker, aiohttp.ClientSession() as session:
+        await load(
+            broker,
+            "c1",
+            [
+                make(f"http://x.example/{i}", "t", Description=text[i:] + text[:i])
+                for i in range(40)
+            ],
+        )
+        base = url_of(broker)
+        started = time.perf_counter()
+        query = asyncio.create_task(get_json(session, f"{base}/api/search", params={"q": slow}))
+        await asyncio.sleep(0.2)
+        delays = []
+        while not query.done():
+            asked = time.perf_counter()
+            await get_json(session, f"{base}/api/status")
+            delays.append(time.perf_counter() - asked)
+            await asyncio.sleep(0.05)
+        found = await query
+        spent = time.perf_counter() - started
+    assert delays, "the query ended before anything else was asked"
+    assert max(delays) < 0.5, delays
+    assert found["exact"] is False  # cut at the bound, not run to the end
+    assert spent < CHECK_SECONDS + 2.0
