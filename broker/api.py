@@ -399,8 +399,10 @@ class Api:
             )
         given = request.headers.get("Authorization", "")
         scheme, _, credentials = given.partition(" ")
+        # Header bytes that are not UTF-8 arrive as surrogate escapes: compared as the bytes
+        # they were (a wrong token), not encoded strictly (an error).
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-            credentials.strip().encode(), token.encode()
+            credentials.strip().encode("utf-8", "surrogateescape"), token.encode()
         ):
             raise web.HTTPUnauthorized(
                 text=json.dumps({"error": "a valid admin token is required"}),

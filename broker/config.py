@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from broker.errors import ConfigError
 from harvest_cache.config import (
@@ -43,6 +44,10 @@ def source_url(v: Any) -> str:
     s = text(v)
     if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", s):
         raise ValueError(f"expected an http:// or https:// URL, got {s!r}")
+    try:
+        urlsplit(s).port  # noqa: B018 (read for its check, as a pull would read it)
+    except ValueError as error:  # a bad IPv6 literal, a port that is no number...
+        raise ValueError(f"not a valid URL ({error}): {s!r}") from None
     return s.rstrip("/")
 
 

@@ -143,9 +143,15 @@ def validate(record: Record, now: float) -> Record:
     if record.template not in TEMPLATES:
         allowed = ", ".join(sorted(TEMPLATES))
         raise RegistrationError(f"template must be one of {allowed}, got {record.template!r}")
-    parts = urlsplit(record.url)
+    try:
+        parts = urlsplit(record.url)
+        url_port = parts.port  # ValueError too: a port that is no number, or over 65535
+    except ValueError as error:  # an IPv6 literal that is not one, a bad port...
+        raise RegistrationError(f"URL is not a valid URL ({error}): {record.url[:200]!r}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise RegistrationError(f"URL must be http:// or https://, got {record.url[:200]!r}")
+    if url_port == 0:
+        raise RegistrationError(f"URL's port must be from 1 to 65535, got {record.url[:200]!r}")
     for attribute in REQUIRED:
         value = (record.text(attribute) or "").strip()
         if not value:
@@ -154,7 +160,7 @@ def validate(record: Record, now: float) -> Record:
     if not _HOST.fullmatch(host):
         raise RegistrationError(f"Host must be a host name or address, got {host[:80]!r}")
     port = (record.text("Port") or "").strip()
-    if not (port.isdigit() and 1 <= int(port) <= 65535):
+    if _port(port) is None:
         raise RegistrationError(f"Port must be a number from 1 to 65535, got {port[:20]!r}")
     ttl = DEFAULT_TTL
     if (given := record.text("Time-to-Live")) is not None:
@@ -241,7 +247,7 @@ def server_json(stored: Stored) -> dict[str, Any]:
         "type": record.template.lower(),
         "name": text("Name"),
         "host": text("Host"),
-        "port": int(port) if port is not None and port.strip().isdigit() else None,
+        "port": None if port is None else _port(port.strip()),
         "description": text("Description"),
         "administrator": text("Administrator"),
         "software_version": text("Software-Version"),
@@ -249,6 +255,13 @@ def server_json(stored: Stored) -> dict[str, Any]:
         "expires": stored.expires,
         "collection": stored.collection,
     }
+
+
+def _port(text: str) -> int | None:
+    # ASCII digits only: "²" is a digit to isdigit, not to int.
+    if text.isascii() and text.isdigit() and len(text) <= 5 and 1 <= int(text) <= 65535:
+        return int(text)
+    return None
 
 
 def _is_number(text: str) -> bool:

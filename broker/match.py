@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from functools import cache
 
 from rapidfuzz.distance import Levenshtein
 
+from broker.query import regex
 from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
 
 _TOKEN = re.compile(r"[^\W_]+")
@@ -62,9 +62,9 @@ def matches(node: Node, attributes: Attributes) -> bool:
         case Phrase():
             return any(_phrase_in(node, value) for value in _values(attributes, node.attribute))
         case Pattern():
-            regex = _compiled(node.regex, node.case_sensitive)
+            compiled = regex.compiled(node.regex, node.case_sensitive)
             values = _values(attributes, node.attribute)
-            return any(regex.search(value[:MAX_VALUE_CHARS]) for value in values)
+            return any(regex.found(compiled, value[:MAX_VALUE_CHARS]) for value in values)
         case Compare():
             return any(_compare(node, value) for value in _values(attributes, node.attribute))
     raise TypeError(f"not a query node: {node!r}")
@@ -132,8 +132,3 @@ def _compare(node: Compare, value: str) -> bool:
         case ">=":
             return number >= node.value
     return number == node.value
-
-
-@cache
-def _compiled(regex: str, case_sensitive: bool) -> re.Pattern[str]:
-    return re.compile(regex, 0 if case_sensitive else re.IGNORECASE)

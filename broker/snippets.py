@@ -14,7 +14,8 @@ from functools import cache
 from types import MappingProxyType
 
 from broker.index.interface import NearWords
-from broker.match import Attributes, token_spans, tokens, word_matches
+from broker.match import MAX_VALUE_CHARS, Attributes, token_spans, tokens, word_matches
+from broker.query import regex
 from broker.query.ast import And, Node, Not, Or, Pattern, Phrase, Word
 
 START, END = "\x02", "\x03"
@@ -133,8 +134,9 @@ def _term_spans(
     """``term``'s spans in ``text``, in order of their starts."""
     value = text.value
     if isinstance(term, Pattern):
-        flags = 0 if term.case_sensitive else re.IGNORECASE
-        return (m.span() for m in re.finditer(term.regex, value, flags) if m.end() > m.start())
+        # As the matcher, within the first MAX_VALUE_CHARS (the offsets hold in the whole).
+        compiled = regex.compiled(term.regex, term.case_sensitive)
+        return regex.spans(compiled, value[:MAX_VALUE_CHARS])
     if (
         isinstance(term, Word)
         and _lowers(term)

@@ -58,13 +58,15 @@ def indexed(found: Stored | Change) -> IndexedObject:
     record = found.record
     if record is None:
         raise ValueError(f"{found!r} has no record to index")
-    size = record.text("File-Size")
+    size = (record.text("File-Size") or "").strip()
     return IndexedObject(
         oid=found.oid,
         url=found.url,
         attributes=attributes_text(record),
         update_time=found.update_time,
-        file_size=int(size) if size is not None and size.strip().isdigit() else None,
+        # ASCII digits only ("²" is a digit to isdigit, not to int), and few enough for
+        # int() (more than 20 are over the index's 2**64 anyway).
+        file_size=int(size) if size.isascii() and size.isdigit() and len(size) <= 20 else None,
     )
 
 

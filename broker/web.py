@@ -142,7 +142,7 @@ def _number(params: Mapping[str, str], name: str, default: int, lo: int, hi: int
     """A form number, or ``default`` when absent or not a number; kept within lo..hi (a
     page made of links should not answer a hand-edited URL with an error)."""
     text = params.get(name, "")
-    if not text.isdigit() or len(text) > 9:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
         return default
     return max(lo, min(hi, int(text)))
 

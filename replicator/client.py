@@ -11,6 +11,7 @@ signature), ``protocol`` (an answer that is not what was asked for).
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -39,7 +40,7 @@ async def _body(response: aiohttp.ClientResponse, target: str) -> bytes:
     data = await response.read()
     if response.status >= 400:
         reason = " ".join(data[:300].decode("utf-8", "replace").split())
-        raise PeerError(target, "status", f"answered {response.status}: {reason}")
+        raise PeerError(target, "status", f"answered {response.status}: {reason}", response.status)
     return data
 
 
@@ -193,7 +194,10 @@ class PeerClient:
         content_type: str = "application/json",
     ) -> bytes:
         """The answer's body, once its signature is checked."""
-        headers = auth.sign_request(self._secret, self._member, method, path_qs, body, time.time())
+        nonce = secrets.token_hex(16)  # the request's id: a replay of it is refused
+        headers = auth.sign_request(
+            self._secret, self._member, method, path_qs, body, time.time(), nonce
+        )
         if body:
             headers["Content-Type"] = content_type
         # Sent as signed: not re-quoted on the way.

@@ -29,6 +29,7 @@ from harvest_cache.config import (
     text,
 )
 from harvest_cache.errors import ConfigError as CacheConfigError
+from replicator.auth import REMEMBERED
 from replicator.errors import ConfigError
 
 _MEMBER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")
@@ -99,6 +100,12 @@ class ReplicatorSettings:
         "Table of member id = `HOST:PORT`: reach that member there instead of at the address"
         " it advertises (address translation, tunnels).",
         routes,
+    )
+    replay_memory: int = setting(
+        REMEMBERED,
+        "Ids of signed requests remembered at most (a replay of one is refused); while this"
+        " many came within the last 5 minutes, further requests are refused (503).",
+        integer(16, 10_000_000),
     )
 
 

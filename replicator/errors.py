@@ -30,6 +30,19 @@ class AuthError(ReplicatorError):
     """A request or answer that is not signed with the group's secret, or too old."""
 
 
+class ReplayError(AuthError):
+    """A correctly signed request whose id was received before, within its time window."""
+
+
+class ReplayMemoryFull(ReplicatorError):
+    """A correctly signed request refused because the ids of requests within the time window
+    fill the memory kept of them; ``retry``: seconds until the oldest expires."""
+
+    def __init__(self, reason: str, retry: float) -> None:
+        self.retry = retry
+        super().__init__(reason)
+
+
 class ConfigError(ReplicatorError):
     """The configuration is invalid; ``problems`` lists each bad key with the reason."""
 
@@ -41,12 +54,13 @@ class ConfigError(ReplicatorError):
 class PeerError(ReplicatorError):
     """A request to another member (or the local broker) failed; ``kind`` is one of a small
     fixed set (it labels metrics): ``connect``, ``timeout``, ``status``, ``auth``,
-    ``protocol``."""
+    ``protocol``; ``status``: the error answer's status, for kind ``status``."""
 
-    def __init__(self, target: str, kind: str, reason: str) -> None:
+    def __init__(self, target: str, kind: str, reason: str, status: int | None = None) -> None:
         self.target = target
         self.kind = kind
         self.reason = reason
+        self.status = status
         super().__init__(f"{target}: {kind}: {reason}")
 
 

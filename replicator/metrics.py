@@ -110,7 +110,8 @@ class ReplicatorMetrics:
         )
         self.refused = Counter(
             "harvest_replicator_refused_requests_total",
-            "Requests refused for a missing or bad signature.",
+            "Requests refused for a missing or bad signature, a replay, or no room to remember"
+            " their ids (replay protection).",
             registry=r,
         )
         self.propagation = Histogram(

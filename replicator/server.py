@@ -23,12 +23,15 @@ one, and the status, topology, mirror list, redirect and metrics people and Prom
     GET  /metrics            Prometheus text format
 
 Every answer to a signed request is signed; a request that is not correctly signed by a
-member (or whose signed sender is not the sender it names) is refused with 401.
+member (or whose signed sender is not the sender it names), or that was received before (a
+replay), is refused with 401; one that comes when the ids of too many requests within the
+time window are remembered already (``replicator.replay_memory``) with 503 and Retry-After.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import time
@@ -42,7 +45,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from replicator import auth, membership, svg
 from replicator.client import TRANSFER_TYPE
 from replicator.coordination import Agreed, CostRow
-from replicator.errors import AuthError, PeerError, ReplicatorError
+from replicator.errors import AuthError, PeerError, ReplayMemoryFull, ReplicatorError
 from replicator.merkle import decode_ask
 from replicator.metrics import REQUEST_KINDS
 from replicator.wire import ChangeList
@@ -52,6 +55,10 @@ if TYPE_CHECKING:
     from replicator.node import Node
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# What the signature check hands the handlers: the signed sender, and the body it read.
+MEMBER: Final = web.RequestKey("member", str)
+BODY: Final = web.RequestKey("body", bytes)
 
 MAX_PROBE: Final = 16 * 1024 * 1024
 MAX_REQUEST: Final = 32 * 1024 * 1024
@@ -90,14 +97,14 @@ class Service:
     async def membership(self, request: web.Request) -> web.Response:
         group = self._group(request)
         message = membership.from_json(_json(request))
-        if message.sender != request["member"]:
-            raise BadRequest(f"signed by {request['member']!r}, sent as {message.sender!r}")
+        if message.sender != request[MEMBER]:
+            raise BadRequest(f"signed by {request[MEMBER]!r}, sent as {message.sender!r}")
         group.receive(message)
         return _empty()
 
     async def notify(self, request: web.Request) -> web.Response:
         group = self._group(request)
-        group.notified(request["member"], ChangeList.from_json(_json(request)))
+        group.notified(request[MEMBER], ChangeList.from_json(_json(request)))
         return _empty()
 
     async def changes(self, request: web.Request) -> web.Response:
@@ -119,7 +126,7 @@ class Service:
     async def tree(self, request: web.Request) -> web.Response:
         group = self._group(request)
         tree = await group.local_tree()
-        asked = decode_ask(request["body"], tree.bits)
+        asked = decode_ask(request[BODY], tree.bits)
         answer = web.Response(body=tree.to_wire(asked), content_type="application/octet-stream")
         return self._sent(group, "tree", answer)
 
@@ -136,8 +143,8 @@ class Service:
     async def costs(self, request: web.Request) -> web.Response:
         group = self._group(request)
         row = CostRow.from_json(_json(request))
-        if row.member != request["member"]:
-            raise BadRequest(f"signed by {request['member']!r}, measured by {row.member!r}")
+        if row.member != request[MEMBER]:
+            raise BadRequest(f"signed by {request[MEMBER]!r}, measured by {row.member!r}")
         group.offer_row(row)
         return _empty()
 
@@ -248,13 +255,14 @@ class Service:
 
 def _json(request: web.Request) -> Any:
     try:
-        return json.loads(request["body"])
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return json.loads(request[BODY])
+    except (ValueError, RecursionError) as error:  # also too deep, or an integer too long
         raise BadRequest(f"the body is not JSON: {error}") from None
 
 
 def _integer(text: str, name: str) -> int:
-    if not text.isdigit() or len(text) > 18:
+    # ASCII digits only: "²" is a digit to isdigit, not to int.
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise BadRequest(f"{name}: a non-negative integer, not {text!r}")
     return int(text)
 
@@ -263,6 +271,7 @@ def make_app(node: Node) -> web.Application:
     service = Service(node)
     secret = node.secret
     metrics = node.metrics
+    seen = auth.SeenRequests(node.config.replicator.replay_memory)
 
     @web.middleware
     async def signed(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -271,13 +280,17 @@ def make_app(node: Node) -> web.Application:
         body = await request.read()
         try:
             member = auth.check_request(
-                secret, request.headers, request.method, request.raw_path, body, time.time()
+                secret, request.headers, request.method, request.raw_path, body, time.time(), seen
             )
         except AuthError as error:
             metrics.refused.inc()
             return web.json_response({"error": str(error)}, status=401)
-        request["member"] = member
-        request["body"] = body
+        except ReplayMemoryFull as error:
+            metrics.refused.inc()
+            retry = {"Retry-After": str(max(1, math.ceil(error.retry)))}
+            return web.json_response({"error": str(error)}, status=503, headers=retry)
+        request[MEMBER] = member
+        request[BODY] = body
         kind = request.path.rsplit("/", 1)[-1]
         if kind in REQUEST_KINDS:  # a bounded label set: never a path from the request
             metrics.request_bytes.labels(kind).inc(len(body) + len(request.raw_path))
@@ -293,6 +306,10 @@ def make_app(node: Node) -> web.Application:
         try:
             return await handler(request)
         except PeerError as error:
+            if error.status == 400:
+                # The broker refused what the member asked for (a bucket out of range, a
+                # limit over its own): the member's error, not an outage.
+                return web.json_response({"error": f"refused: {error}"}, status=400)
             return web.json_response({"error": f"cannot answer now: {error}"}, status=503)
         except ReplicatorError as error:
             return web.json_response({"error": str(error)}, status=400)

@@ -35,8 +35,9 @@ class Phrase:
 
 @dataclass(frozen=True, slots=True)
 class Pattern:
-    """A regular expression (Python ``re`` syntax) searched in an attribute's whole value
-    (``Title: /^RFC [0-9]+/``); ``None`` attribute: any attribute."""
+    """A regular expression (RE2 syntax, as far as Python's ``re`` reads it alike:
+    broker/query/regex.py) searched in an attribute's whole value (``Title: /^RFC [0-9]+/``);
+    ``None`` attribute: any attribute."""
 
     regex: str
     attribute: str | None = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, NoReturn
 
 from broker.errors import QuerySyntaxError
+from broker.query.regex import problem
 
 MAX_REGEX_LENGTH = 256
 """The longest regular expression (between the slashes, after unescaping ``\\/``)."""
@@ -35,8 +36,6 @@ _VALUE_DELIMITERS = frozenset('()"')
 
 # ``~`` then only ASCII digits, at the very end of a word: the approximate-match suffix.
 APPROXIMATE_SUFFIX = re.compile(r"~([0-9]*)\Z")
-
-_CONDITION_GROUP = re.compile(r"\(\?\(([^)]*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +178,7 @@ def _quoted(query: str, start: int) -> tuple[Token, int]:
 
 
 def _regex(query: str, start: int) -> tuple[Token, int]:
-    """``/pattern/``: ``\\/`` stands for ``/``; every other backslash pair is kept for ``re``.
+    """``/pattern/``: ``\\/`` stands for ``/``; every other backslash pair is kept for RE2.
     ``offsets[k]`` is where the pattern's character ``k`` stands in the query, so that a bad
     regex is reported where it is written."""
     chars: list[str] = []
@@ -209,66 +208,9 @@ def _regex(query: str, start: int) -> tuple[Token, int]:
 
 
 def _check_regex(query: str, pattern: str, offsets: list[int]) -> None:
-    """Compile ``pattern`` so that a bad one is a syntax error now, not an engine error later."""
-    hazard = _warning_hazard(pattern)
-    if hazard is not None:
-        _fail(query, offsets[hazard], _hazard_reason(pattern, hazard))
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        at = exc.pos if exc.pos is not None and exc.pos < len(offsets) else 0
-        _fail(query, offsets[at], f"bad regular expression: {exc.msg}")
-    except (OverflowError, RecursionError, ValueError) as exc:
-        _fail(query, offsets[0], f"bad regular expression: {exc}")
-
-
-def _hazard_reason(pattern: str, index: int) -> str:
-    if pattern[index] == "(":
-        return "bad regular expression: a conditional group's name must be ASCII"
-    if pattern[index] == "[":
-        return "bad regular expression: write '\\[' for a literal '[' inside [...]"
-    ch = pattern[index]
-    return f"bad regular expression: {ch * 2!r} inside [...] is reserved; write '{ch}\\{ch}'"
-
-
-def _warning_hazard(pattern: str) -> int | None:
-    """Where ``re.compile`` would warn instead of failing (a FutureWarning for ``[`` or a doubled
-    ``-&~|`` inside a set, a DeprecationWarning for a non-ASCII conditional group name), or
-    None. Such patterns are refused: a warning would go to stderr (or, under warnings-as-errors,
-    escape as a non-syntax error), and ``re`` caches compiled patterns, so a second compile
-    would not warn again. Erring on the side of refusing: any ``[`` inside a set is refused,
-    though ``re`` warns only for ``[[``."""
-    condition = next(
-        (m.start() for m in _CONDITION_GROUP.finditer(pattern) if not m.group(1).isascii()), None
-    )
-    set_hazard = _set_hazard(pattern)
-    found = [i for i in (condition, set_hazard) if i is not None]
-    return min(found) if found else None
-
-
-def _set_hazard(pattern: str) -> int | None:
-    in_set = first = False
-    previous = ""
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            previous, first = "", False
-            continue
-        if not in_set:
-            if ch == "[":
-                in_set, first, previous = True, True, ""
-                if pattern.startswith("^", i + 1):
-                    i += 1  # a negation; the set's first member (maybe ']') follows it
-            i += 1
-            continue
-        if ch == "[":
-            return i
-        if ch in "-&~|" and ch == previous:
-            return i - 1
-        if ch == "]" and not first:
-            in_set = False
-        previous, first = ch, False
-        i += 1
-    return None
+    """Refuse a pattern that RE2 cannot run as Python's ``re`` reads it, now, where the
+    problem is written (broker/query/regex.py), rather than fail at search time."""
+    found = problem(pattern)
+    if found is not None:
+        at, reason = found
+        _fail(query, offsets[at], reason)

@@ -1,5 +1,6 @@
-"""Signed requests and answers: round trips, every tampered part refused, the time window, and
-answers bound to their request. Every refusal is an AuthError (a ReplicatorError)."""
+"""Signed requests and answers: round trips, every tampered part refused, the time window,
+replays refused within it (with bounded memory of request ids), and answers bound to their
+request. Every refusal is an AuthError (a ReplicatorError), but for a full memory of ids."""
 
 from __future__ import annotations
 
@@ -8,25 +9,28 @@ import pytest
 from replicator import auth
 from replicator.auth import (
     MEMBER,
+    NONCE,
     SIGNATURE,
     SKEW,
     TIME,
+    SeenRequests,
     check_answer,
     check_request,
     sign_answer,
     sign_request,
 )
-from replicator.errors import AuthError, ReplicatorError
+from replicator.errors import AuthError, ReplayError, ReplayMemoryFull, ReplicatorError
 
 SECRET = b"a shared secret of the group"
 NOW = 1_700_000_000.0
 METHOD = "POST"
 PATH = "/replication/hsr/entries?after=3&limit=10"
 BODY = b'{"keys":["a","b"]}'
+ID = "0123456789abcdef" * 2
 
 
-def _signed(now: float = NOW) -> dict[str, str]:
-    return sign_request(SECRET, "m1", METHOD, PATH, BODY, now)
+def _signed(now: float = NOW, nonce: str = ID) -> dict[str, str]:
+    return sign_request(SECRET, "m1", METHOD, PATH, BODY, now, nonce)
 
 
 def _check(
@@ -37,8 +41,11 @@ def _check(
     path: str = PATH,
     body: bytes = BODY,
     now: float = NOW,
+    seen: SeenRequests | None = None,
 ) -> str:
-    return check_request(secret, headers, method, path, body, now)
+    return check_request(
+        secret, headers, method, path, body, now, SeenRequests() if seen is None else seen
+    )
 
 
 # Requests ----------------------------------------------------------------------------------
@@ -46,7 +53,7 @@ def _check(
 
 def test_a_signed_request_names_its_member() -> None:
     headers = _signed()
-    assert set(headers) == {MEMBER, TIME, SIGNATURE}
+    assert set(headers) == {MEMBER, TIME, NONCE, SIGNATURE}
     assert headers[MEMBER] == "m1"
     assert headers[TIME] == f"{NOW:.3f}"
     assert len(headers[SIGNATURE]) == 64
@@ -54,13 +61,13 @@ def test_a_signed_request_names_its_member() -> None:
 
 
 def test_the_method_is_compared_without_case() -> None:
-    headers = sign_request(SECRET, "m1", "post", PATH, BODY, NOW)
+    headers = sign_request(SECRET, "m1", "post", PATH, BODY, NOW, ID)
     assert _check(headers, method="POST") == "m1"
 
 
 def test_signing_is_deterministic_and_depends_on_the_secret() -> None:
     assert _signed() == _signed()
-    other = sign_request(b"another secret entirely", "m1", METHOD, PATH, BODY, NOW)
+    other = sign_request(b"another secret entirely", "m1", METHOD, PATH, BODY, NOW, ID)
     assert other[SIGNATURE] != _signed()[SIGNATURE]
 
 
@@ -87,6 +94,7 @@ def test_a_request_altered_on_the_way_is_refused(change: dict[str, object]) -> N
         (MEMBER, "m2"),
         (TIME, f"{NOW + 1:.3f}"),
         (TIME, f"{NOW:.2f}"),  # the same instant, written otherwise: not what was signed
+        (NONCE, "f" * 32),  # another id: not the request signed
         (SIGNATURE, "0" * 64),
     ],
 )
@@ -106,7 +114,7 @@ def test_a_flipped_signature_digit_is_refused() -> None:
         _check(headers)
 
 
-@pytest.mark.parametrize("missing", [MEMBER, TIME, SIGNATURE])
+@pytest.mark.parametrize("missing", [MEMBER, TIME, NONCE, SIGNATURE])
 def test_a_missing_header_means_unsigned(missing: str) -> None:
     headers = _signed()
     del headers[missing]
@@ -158,6 +166,81 @@ def test_non_ascii_headers_are_refused_not_crashed_on(header: str, value: str) -
         _check(headers)
 
 
+# Replays -----------------------------------------------------------------------------------
+
+
+def test_an_exact_replay_within_the_window_is_refused() -> None:
+    seen = SeenRequests()
+    headers = _signed()
+    assert _check(headers, seen=seen) == "m1"
+    for later in (0.0, 1.0, SKEW - 1):
+        with pytest.raises(ReplayError, match="replay"):
+            _check(headers, seen=seen, now=NOW + later)
+    # Past the window the time check refuses it, and the next request finds it forgotten.
+    with pytest.raises(AuthError, match="time"):
+        _check(headers, seen=seen, now=NOW + SKEW + 1)
+    _check(_signed(NOW + SKEW + 1, nonce="f" * 32), seen=seen, now=NOW + SKEW + 1)
+    assert len(seen) == 1
+
+
+def test_replays_are_auth_errors() -> None:
+    assert issubclass(ReplayError, AuthError)
+    assert not issubclass(ReplayMemoryFull, AuthError)  # not the sender's fault: 503
+
+
+def test_every_request_has_an_id_of_its_own() -> None:
+    seen = SeenRequests()
+    for i in range(100):
+        assert _check(_signed(nonce=f"{i:032x}"), seen=seen) == "m1"
+    assert len(seen) == 100
+
+
+def test_a_request_from_the_future_is_remembered_until_it_would_be_too_old() -> None:
+    seen = SeenRequests()
+    ahead = _signed(NOW + SKEW)  # made (by its clock) SKEW seconds after ours
+    assert _check(ahead, seen=seen) == "m1"
+    later = NOW + 2 * SKEW - 1
+    _check(_signed(later, nonce="e" * 32), seen=seen, now=later)  # purges what expired
+    with pytest.raises(ReplayError):
+        _check(ahead, seen=seen, now=later)
+    # Past its own window (made + SKEW) both are forgotten: only the last one is held.
+    last = NOW + 3 * SKEW
+    _check(_signed(last, nonce="d" * 32), seen=seen, now=last)
+    assert len(seen) == 1
+
+
+def test_a_full_memory_refuses_until_the_oldest_id_expires() -> None:
+    seen = SeenRequests(capacity=3)
+    for i in range(3):
+        _check(_signed(NOW + i, nonce=f"{i:032x}"), seen=seen, now=NOW + i)
+    with pytest.raises(ReplayMemoryFull, match="3 requests within 300 s") as caught:
+        _check(_signed(NOW + 10, nonce="a" * 32), seen=seen, now=NOW + 10)
+    assert caught.value.retry == pytest.approx(SKEW - 10)
+    # A replay is still told apart from a request that does not fit.
+    with pytest.raises(ReplayError):
+        _check(_signed(NOW, nonce=f"{0:032x}"), seen=seen, now=NOW + 10)
+    assert _check(_signed(NOW + SKEW + 1, nonce="a" * 32), seen=seen, now=NOW + SKEW + 1)
+    assert len(seen) == 3
+
+
+def test_an_unsigned_or_forged_request_takes_no_room() -> None:
+    seen = SeenRequests(capacity=1)
+    forged = sign_request(b"not the group's secret", "m1", METHOD, PATH, BODY, NOW, ID)
+    for _ in range(3):
+        with pytest.raises(AuthError, match="bad signature"):
+            _check(forged, seen=seen)
+    assert len(seen) == 0
+    assert _check(_signed(), seen=seen) == "m1"
+
+
+@pytest.mark.parametrize("nonce", ["", "0" * 31, "0" * 33, "G" * 32, "A" * 32, "\udcff" * 32])
+def test_a_bad_request_id_is_refused(nonce: str) -> None:
+    headers = _signed()
+    headers[NONCE] = nonce
+    with pytest.raises(AuthError, match="X-Harvest-Nonce"):
+        _check(headers)
+
+
 # Answers -----------------------------------------------------------------------------------
 
 
@@ -172,7 +255,7 @@ def test_an_answer_round_trips() -> None:
 
 def test_an_answer_to_another_request_is_refused() -> None:
     first = _signed()[SIGNATURE]
-    second = sign_request(SECRET, "m1", METHOD, PATH, BODY, NOW + 1)[SIGNATURE]
+    second = sign_request(SECRET, "m1", METHOD, PATH, BODY, NOW, "f" * 32)[SIGNATURE]
     assert first != second
     body = b'{"entries":[]}'
     replayed = sign_answer(SECRET, first, body)
@@ -215,4 +298,4 @@ def test_the_request_and_answer_signatures_are_kept_apart() -> None:
 def test_auth_errors_are_replicator_errors() -> None:
     assert issubclass(AuthError, ReplicatorError)
     with pytest.raises(ReplicatorError):
-        auth.check_request(SECRET, {}, METHOD, PATH, BODY, NOW)
+        auth.check_request(SECRET, {}, METHOD, PATH, BODY, NOW, SeenRequests())

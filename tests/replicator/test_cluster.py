@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import signal
 import time
 import xml.etree.ElementTree as ET
@@ -154,6 +155,7 @@ async def test_requests_not_signed_with_the_group_secret_are_refused(cluster: Cl
         f"/replication/{GROUP}/membership",
         body,
         time.time(),
+        secrets.token_hex(16),
     )
     forged["Content-Type"] = "application/json"
     async with cluster.http.post(
@@ -162,7 +164,7 @@ async def test_requests_not_signed_with_the_group_secret_are_refused(cluster: Cl
         assert response.status == 401
     # A correct signature made long ago is refused too.
     stale = auth.sign_request(
-        SECRET.encode(), "m0", "GET", "/replication/probe", b"", time.time() - 3600
+        SECRET.encode(), "m0", "GET", "/replication/probe", b"", time.time() - 3600, "1" * 32
     )
     async with cluster.http.get(f"{target.url}/replication/probe", headers=stale) as response:
         assert response.status == 401
