@@ -66,6 +66,16 @@ class Lifetime:
     heuristic: bool
 
 
+def directive_lifetime(cc: CacheControl) -> float | None:
+    """The lifetime the response's directives give (s-maxage wins over max-age in a shared
+    cache), which no date changes; None without either."""
+    if cc.s_maxage is not None:
+        return float(cc.s_maxage)
+    if cc.max_age is not None:
+        return float(cc.max_age)
+    return None
+
+
 def explicit_lifetime(
     headers: Headers, cc: CacheControl, *, response_time: float | None = None
 ) -> float | None:
@@ -76,10 +86,9 @@ def explicit_lifetime(
     valid Date, ``response_time`` stands in for it (RFC 9110 6.6.1 has the receiving cache
     supply one); without either, an Expires response counts as expired.
     """
-    if cc.s_maxage is not None:
-        return float(cc.s_maxage)
-    if cc.max_age is not None:
-        return float(cc.max_age)
+    lifetime = directive_lifetime(cc)
+    if lifetime is not None:
+        return lifetime
     expires_lines = headers.get_all("Expires")
     if not expires_lines:
         return None
@@ -133,6 +142,13 @@ def initial_age(date: float | None, age: int, request_time: float, response_time
     apparent_age = 0.0 if date is None else max(0.0, response_time - date)
     response_delay = max(0.0, response_time - request_time)
     return max(apparent_age, age + response_delay)
+
+
+def stale_at(response_time: float, initial: float, lifetime: float) -> float:
+    """The wall-clock time from which a response that arrived at ``response_time``,
+    ``initial`` seconds old (``initial_age``), is stale: its lifetime no longer exceeds its
+    current age (RFC 9111 4.2)."""
+    return response_time - initial + lifetime
 
 
 def age_value(age: float) -> str:

@@ -95,12 +95,19 @@ def storable(
     if explicit is None and not response_cc.public and status not in HEURISTIC_STATUSES:
         return StoreDecision(False, "no-freshness")
     if (
-        (response_cc.no_cache or response_cc.no_cache_fields or explicit == 0)
+        validated_on_every_use(response_cc, explicit)
         and response_etag(response_headers) is None
         and "Last-Modified" not in response_headers
     ):
         return StoreDecision(False, "stale-no-validator")
     return StoreDecision(True, "ok", response_cc.private_fields)
+
+
+def validated_on_every_use(cc: CacheControl, explicit: float | None) -> bool:
+    """Whether a response must be validated on each use, whatever its age: no-cache (with
+    field names too, which Harvest treats alike, RFC 9111 5.2.2.4), or an explicit lifetime
+    of 0 (``explicit``: ``explicit_lifetime``)."""
+    return cc.no_cache or bool(cc.no_cache_fields) or explicit == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,4 +255,5 @@ __all__ = [
     "request_directives",
     "stale_on_failure",
     "storable",
+    "validated_on_every_use",
 ]

@@ -13,14 +13,15 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Literal, Protocol, cast
+from enum import Enum
+from typing import Any, Protocol, cast
 
 import httptools
 
 from harvest_cache.config import Config
 from harvest_cache.errors import RequestError
 from harvest_cache.http.decision import POLICY_FIELDS
-from harvest_cache.http.headers import Headers, RawFields
+from harvest_cache.http.headers import Headers
 from harvest_cache.outbox import Outbox
 from harvest_cache.server.head_memo import HeadMemo, ParsedHead
 from harvest_cache.server.request import BodyStream, Request
@@ -35,32 +36,28 @@ _GATHER = 4096
 # The framing of one chunk without extensions: a size line (16 hex digits at most, CRLF) and
 # the CRLF after its data.
 _CHUNK_LINE = 20
-# What ``_answer`` did with a head: nothing, answered it (a head a client is likely to send
-# again, worth remembering), or answered a one-off (a miss: its URL is new).
-_UNANSWERED, _AGAIN, _ONCE = object(), object(), object()
-# Which plan answers a request: of a revalidation, or of a miss.
-Planned = Literal["refresh", "miss"]
+
+
+class Answered(Enum):
+    """What ``Handler.try_answer`` did with a head."""
+
+    NO = 0  # nothing: the request goes the general way
+    HIT = 1  # answered it at once (a head a client is likely to send again)
+    AGAIN = 2  # began answering it from a plan (a revalidation: likely to come again)
+    ONCE = 3  # began answering it from a plan (a miss: its URL is new, its fields not)
+    FETCH = 4  # began fetching for it on the fast path, worked out in full
 
 
 class Handler(Protocol):
-    heads: HeadMemo  # heads answered by ``serve_fast`` or a refresh plan, to answer unparsed
+    heads: HeadMemo  # heads answered at once or from a revalidation plan, to answer unparsed
 
     async def handle(self, req: Request, conn: ClientConnection) -> None: ...
 
-    def serve_fast(
-        self, conn: ClientConnection, method: bytes, target: bytes, version: str, keep_alive: bool
-    ) -> bool:
-        """Answer a plain GET/HEAD at once from the hit fast path; False if it cannot."""
-
-    def serve_planned(
-        self, conn: ClientConnection, target: bytes, fields: RawFields
-    ) -> Planned | None:
-        """Start answering a plain keep-alive HTTP/1.1 GET from a refresh or a miss plan,
-        and say which; None if none applies. If one does, as for ``serve_lean``."""
-
-    def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
-        """Start answering a plain GET on the miss fast path; False if it cannot. If it
-        can, the connection is told ``lean_done`` or ``lean_handoff`` later."""
+    def try_answer(self, conn: ClientConnection, head: ParsedHead, parsed: bool) -> Answered:
+        """Answer a plain GET or HEAD at once, or begin answering it on the fast path (the
+        connection is then told ``lean_done`` or ``lean_handoff`` later); ``NO`` if neither
+        applies. A head not ``parsed`` (found in the memo) is answered from what is prepared
+        alone (else it is parsed, and goes on as any other)."""
 
 
 class ClientConnection(asyncio.Protocol):
@@ -257,15 +254,15 @@ class ClientConnection(asyncio.Protocol):
         heads = self.handler.heads
         parsed = heads.get(data)
         if parsed is not None:
-            answered = self._answer(parsed)
+            answered = self._answer(parsed, parsed=False)
         else:
             parsed = heads.by_fields(data)
             if parsed is None:
                 return False
-            answered = self._answer(parsed)
-            if answered is _AGAIN:
+            answered = self._answer(parsed, parsed=False)
+            if answered is Answered.HIT or answered is Answered.AGAIN:
                 heads.add(data, parsed)
-        if answered is _UNANSWERED:
+        if answered is Answered.NO:
             return False
         heads.reused += 1
         return True
@@ -342,11 +339,6 @@ class ClientConnection(asyncio.Protocol):
         if req.chunked or (req.content_length or 0) > 0:
             req.body = BodyStream(self._pause_reading, self._resume_reading)
         self._current = req
-        if not self._slow and req.body is None and not self.busy:
-            self._lean = True
-            if self.handler.serve_lean(req, self):
-                return
-            self._lean = False
         self._enqueue(req)
 
     def _try_fast(self, version: str) -> bool:
@@ -362,37 +354,29 @@ class ClientConnection(asyncio.Protocol):
             tuple(self._raw_headers),
         )
         answered = self._answer(head)
-        if answered is _UNANSWERED:
+        if answered is Answered.NO:
             return False
         self._url = bytearray()
         self._raw_headers = []
-        self._answered = head
-        self._again = answered is _AGAIN
+        # (the heads answered at once or from a plan are remembered: see ``data_received``)
+        self._answered = None if answered is Answered.FETCH else head
+        self._again = answered is Answered.HIT or answered is Answered.AGAIN
         return True
 
-    def _answer(self, head: ParsedHead) -> object:
-        """Answer a plain GET or HEAD from the hit fast path, or start answering it from a
-        plan: ``_AGAIN`` if a client may well send that head again (a hit, a revalidation),
-        ``_ONCE`` if not (a miss), ``_UNANSWERED`` if none of them applies."""
-        method, target, version, keep_alive, fields = head
-        if self.handler.serve_fast(self, method, target, version, keep_alive):
-            if not keep_alive:
+    def _answer(self, head: ParsedHead, parsed: bool = True) -> Answered:
+        """Have ``head`` answered at once or on the fast path (see ``Handler.try_answer``)."""
+        self._lean = True  # (before: a fast fetch may end, or fail, as it begins)
+        answered = self.handler.try_answer(self, head, parsed)
+        if answered is Answered.HIT:
+            self._lean = False
+            if not head[3]:  # (not keep-alive)
                 self._stop_reading()
                 self.close()
             else:
                 self._arm_idle()
-            return _AGAIN
-        if method != b"GET" or version != "1.1" or not keep_alive:
-            return _UNANSWERED
-        self._lean = True
-        planned = self.handler.serve_planned(self, target, fields)
-        if planned is None:
+        elif answered is Answered.NO:
             self._lean = False
-            return _UNANSWERED
-        return _AGAIN if planned == "refresh" else _ONCE
-
-    def on_chunk_header(self) -> None:
-        self._chunks += 1
+        return answered
 
     def on_body(self, body: bytes) -> None:
         req = self._current

@@ -44,7 +44,7 @@ from harvest_cache.http.freshness import (
     Heuristic,
     HeuristicRules,
 )
-from harvest_cache.http.headers import Headers, RawFields
+from harvest_cache.http.headers import Headers
 from harvest_cache.http.policy import (
     evaluate,
     request_directives,
@@ -55,7 +55,8 @@ from harvest_cache.http.target import Target, parse_absolute, parse_authority
 from harvest_cache.http.vary import vary_key
 from harvest_cache.server.accesslog import AccessLog, Hierarchy
 from harvest_cache.server.acl import Access
-from harvest_cache.server.connection import ClientConnection, Planned
+from harvest_cache.server.connection import Answered, ClientConnection
+from harvest_cache.server.fast_fetch import FastPath
 from harvest_cache.server.fetch import (
     Alternatives,
     Fetcher,
@@ -64,12 +65,9 @@ from harvest_cache.server.fetch import (
     variant_key,
 )
 from harvest_cache.server.flight import Flight, FlightHead, FlightReader, FlightRetry, StartedFetch
-from harvest_cache.server.head_memo import HeadMemo
-from harvest_cache.server.hot import HotIndex
-from harvest_cache.server.lean import LeanPath
+from harvest_cache.server.head_memo import HeadMemo, ParsedHead
 from harvest_cache.server.pages import BodyPages
-from harvest_cache.server.planned import start_planned
-from harvest_cache.server.planned_miss import start_planned_miss
+from harvest_cache.server.prepared.hits import HotIndex
 from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.routing import Router, request_target
@@ -160,14 +158,14 @@ class Proxy:
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
         self._hot = HotIndex(store, name, config.server.cache_status_key, self._pages)
         self.heads = HeadMemo(config.server.max_request_line)
-        self.lean = LeanPath(
+        self.fast = FastPath(
             config, name, store, pool, self._fetcher, access_log, traffic, self.heuristics, tasks
         )
 
     @property
     def busy(self) -> bool:
         """Whether fast-path fetches it started are still running (a retired proxy's)."""
-        return self.lean.busy
+        return self.fast.busy
 
     def flights(self) -> list[Flight]:
         """The fetches in progress that requests have joined or may join (for metrics)."""
@@ -189,12 +187,48 @@ class Proxy:
 
     # -- entry points ----------------------------------------------------------------------
 
-    def serve_fast(
+    def try_answer(self, conn: ClientConnection, head: ParsedHead, parsed: bool) -> Answered:
+        """Answer a plain GET or HEAD (no field that calls for the full policy) at once from
+        a prepared hit, or start answering it on the fast path: from a revalidation plan or a
+        miss plan (keep-alive HTTP/1.1 GETs), else, for a ``parsed`` head, worked out in full
+        there (plain GETs for origins that need no routing). ``NO`` when none applies: the
+        request then goes the general way (``handle``)."""
+        method, target, version, keep_alive, fields = head
+        client_ip = conn.client_ip
+        if not self._admits(client_ip, target):
+            return Answered.NO
+        if self._serve_hit(conn, method, target, version, keep_alive):
+            return Answered.HIT
+        if method != b"GET":
+            return Answered.NO
+        fast = self.fast
+        if version == "1.1" and keep_alive:
+            if fast.revalidate(conn, target, fields):
+                return Answered.AGAIN
+            # (miss plans come from the fast path alone: misses the hierarchy routes have none)
+            if fast.fetch_planned(conn, target, fields):
+                return Answered.ONCE
+        if not parsed or not self._router.direct_only:
+            return Answered.NO  # (each miss is routed through the hierarchy first)
+        raw = target.decode("latin-1")
+        try:
+            origin = parse_absolute(raw)
+        except RequestError:
+            return Answered.NO
+        if not self._config.cache.cache_query_urls and "?" in origin.path:
+            return Answered.NO
+        if not self.access.port_allowed(origin.port) or self._refuses_host(client_ip, origin.host):
+            return Answered.NO
+        req = Request("GET", raw, version, Headers.from_raw(fields), keep_alive, time.monotonic())
+        return Answered.FETCH if fast.fetch(conn, req, origin) else Answered.NO
+
+    def _serve_hit(
         self, conn: ClientConnection, method: bytes, target: bytes, version: str, keep_alive: bool
     ) -> bool:
+        """Answer from a prepared hit; False if there is none for ``target`` now."""
         now = time.time()
         entry = self._hot.lookup(target, now)
-        if entry is None or not self._admits(conn.client_ip, target):
+        if entry is None:
             return False
         head_only = method == b"HEAD"
         head = self._hot.head(entry, now, not keep_alive, version == "1.0")
@@ -215,31 +249,6 @@ class Proxy:
         if self._log.enabled:
             self._log.write(self._hot.log_line(entry, now, conn.client_bytes, size, head_only))
         return True
-
-    def serve_planned(
-        self, conn: ClientConnection, target: bytes, fields: RawFields
-    ) -> Planned | None:
-        if not self._admits(conn.client_ip, target):
-            return None
-        if start_planned(self.lean, conn, target, fields):
-            return "refresh"
-        # (miss plans come from the lean path alone: misses the hierarchy routes have none)
-        return "miss" if start_planned_miss(self.lean, conn, target, fields) else None
-
-    def serve_lean(self, req: Request, conn: ClientConnection) -> bool:
-        if req.method != "GET" or not self.access.client_allowed(conn.client_ip):
-            return False
-        if not self._router.direct_only:
-            return False  # each miss is routed through the hierarchy first
-        try:
-            target = parse_absolute(req.target)
-        except RequestError:
-            return False
-        if self._refuses_host(conn.client_ip, target.host):
-            return False
-        if not self._config.cache.cache_query_urls and "?" in target.path:
-            return False
-        return self.access.port_allowed(target.port) and self.lean.start(req, target, conn)
 
     def _admits(self, client_ip: str, target: bytes) -> bool:
         """Whether a fast path may answer the client at ``client_ip`` for ``target`` (others
@@ -263,7 +272,7 @@ class Proxy:
 
     async def drain(self, grace: float) -> None:
         """Let requests on the miss fast path finish, for up to ``grace`` seconds."""
-        await self.lean.drain(grace)
+        await self.fast.drain(grace)
 
     async def handle(self, req: Request, conn: ClientConnection) -> None:
         tx = Transaction(req.started, conn.client_ip, req.method, req.target)
@@ -524,7 +533,7 @@ class Proxy:
                     # The origin may say that one of the variants stored already would do.
                     tags = self._fetcher.variant_tags
                     alternatives = tags.candidates(url, marker.generation)
-                relay_to = interim_relay(conn, req.version, self.lean.via)
+                relay_to = interim_relay(conn, req.version, self.fast.via)
                 try:
                     flight, reader, joined = await self._fetcher.join_or_start(
                         req, target, key, stored, conn.client_ip, relay_to, alternatives
@@ -637,7 +646,7 @@ class Proxy:
                 fwd_status=head.status,
                 stored=head.stored and not joined,
                 collapsed=joined,
-                key=self.lean.key_for(key),
+                key=self.fast.key_for(key),
             ),
         )
         whole = reader.read_whole(_COALESCE)
@@ -723,7 +732,7 @@ class Proxy:
                 ranged = _ranged(req.headers, stored_headers, obj.body, head.body_length)
                 if ranged is not None:
                     status, reason, headers, length, pieces = ranged
-        named = self.lean.key_for(key)
+        named = self.fast.key_for(key)
         if detail == "hit":
             value = cache_status(self.name, hit=True, ttl=ttl, key=named)
         else:
@@ -772,7 +781,7 @@ class Proxy:
             conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             sent_continue = True
         headers = upstream_headers(req, target, conn.client_ip, self.name, self._config)
-        relay = interim_relay(conn, req.version, self.lean.via, sent_continue=sent_continue)
+        relay = interim_relay(conn, req.version, self.fast.via, sent_continue=sent_continue)
 
         def build(hop: Hop) -> OutgoingRequest:
             fields = headers
@@ -821,7 +830,7 @@ class Proxy:
             cacheable = req.method in ("GET", "HEAD")
             if fwd is None:
                 fwd = "uri-miss" if cacheable else "method"
-            named = self.lean.key_for(target.url) if cacheable else None
+            named = self.fast.key_for(target.url) if cacheable else None
             response_headers.add(
                 "Cache-Status",
                 cache_status(self.name, hit=False, fwd=fwd, fwd_status=head.status, key=named),

@@ -366,11 +366,6 @@ class UpstreamConnection(asyncio.Protocol):
     def listening(self) -> bool:
         return self._listener is not None
 
-    def relisten(self, listener: Listener) -> None:
-        """Send the rest of the listened exchange's events to ``listener`` instead."""
-        assert self._listener is not None, "no exchange is listened to"
-        self._listener = listener
-
     def detach(self) -> None:
         """Stop calling the listener: from here the exchange is read like any other."""
         self._stop_listening()

@@ -73,7 +73,7 @@ def hot_entries(cache: CacheServer) -> int:
 
 def planned(cache: CacheServer) -> int:
     assert cache.proxy is not None
-    return cache.proxy.lean.planned
+    return cache.proxy.fast.planned
 
 
 class RecordingOrigin:

@@ -139,8 +139,8 @@ async def test_s15_2_early_hints_forwarded_on_the_miss_fast_path(make_cache: Mak
             )
             check_early_hints(interim)
             assert (status, body) == (200, BODY), n
-        assert cache.proxy.lean.answered >= 2
-        assert cache.proxy.lean.planned >= 1
+        assert cache.proxy.fast.answered >= 2
+        assert cache.proxy.fast.planned >= 1
 
 
 async def test_s15_2_interim_responses_forwarded_on_a_forwarded_post(

@@ -220,7 +220,7 @@ async def test_misses_then_hits_count_each_request_once(
     assert all(origin.hits[path] == 1 for path in bodies)
     if store == MEMORY_ONLY:
         assert cache.proxy is not None
-        assert cache.proxy.lean.answered >= 1  # the miss fast path's misses are among them
+        assert cache.proxy.fast.answered >= 1  # the miss fast path's misses are among them
 
     # Two rounds of hits: the first on the general path (which teaches the hit fast path),
     # the second on the hit fast path, answered from the parser callback.
@@ -328,7 +328,7 @@ async def test_revalidations_are_counted_as_such(
     check_histogram(after, LATENCY, kind="revalidation")
     assert cache.proxy is not None
     if store == MEMORY_ONLY:
-        assert cache.proxy.lean.planned >= 1  # planned revalidations are among them
+        assert cache.proxy.fast.planned >= 1  # planned revalidations are among them
 
 
 # -- 3. upstream errors ------------------------------------------------------------------------

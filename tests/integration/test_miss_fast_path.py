@@ -5,7 +5,7 @@ connection, is sent upstream from the client parser's callback and answered from
 parser's callbacks when the response is a 304 for the stored object or a small body of known
 length without Vary. Anything else is moved to the general path with the same upstream
 exchange. These tests drive a real cache on loopback and tell the two paths apart by the
-counters ``answered`` and ``handed_over`` of ``cache.proxy.lean``; the origin's hit counts
+counters ``answered`` and ``handed_over`` of ``cache.proxy.fast``; the origin's hit counts
 show that a moved fetch was not sent twice, and raw sockets show framing and ordering.
 """
 
@@ -111,7 +111,7 @@ async def memory_cache(make_cache: MakeCache, **sections: dict[str, object]) -> 
 def lean(cache: CacheServer) -> tuple[int, int]:
     """(answered, handed_over) of the cache's miss fast path."""
     assert cache.proxy is not None
-    return cache.proxy.lean.answered, cache.proxy.lean.handed_over
+    return cache.proxy.fast.answered, cache.proxy.fast.handed_over
 
 
 async def fetch(

@@ -6,7 +6,7 @@ client, the origin and the request's fields; from then on a miss for a new URL a
 way is sent upstream as planned, and answered from the plan when the response has the planned
 shape (the same status and fields, but for the values of Date, Last-Modified, ETag and
 Content-Length). These tests drive a real cache (memory tier only) against origins on
-127.0.0.1, and tell the paths apart by ``cache.proxy.lean.planned_misses`` (answered from a
+127.0.0.1, and tell the paths apart by ``cache.proxy.fast.planned_misses`` (answered from a
 miss plan), ``answered`` and ``handed_over``; the origin's counts show that no request was
 sent twice, and the stored objects (hits afterwards) that the varying values were filled in
 from each response.
@@ -58,13 +58,13 @@ VARYING = ("date", "last-modified", "etag", "content-length")
 
 def planned_misses(cache: CacheServer) -> int:
     assert cache.proxy is not None
-    return cache.proxy.lean.planned_misses
+    return cache.proxy.fast.planned_misses
 
 
 def miss_plans(cache: CacheServer) -> int:
     """How many miss plans the cache holds."""
     assert cache.proxy is not None
-    return len(cache.proxy.lean.miss_plans)
+    return len(cache.proxy.fast.miss_plans)
 
 
 def body_of(path: str) -> bytes:
@@ -1128,7 +1128,7 @@ async def test_shutdown_lets_a_planned_miss_finish(origin: Origin, make_cache: M
 
 def recognised_misses(cache: CacheServer) -> int:
     assert cache.proxy is not None
-    return cache.proxy.lean.recognised_misses
+    return cache.proxy.fast.recognised_misses
 
 
 def shaped(n: int, now: float, reason: bytes = b"OK") -> tuple[bytes, bytes]:

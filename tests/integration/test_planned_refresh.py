@@ -4,7 +4,7 @@ The first request stores the object, the second is revalidated on the miss fast 
 leaves a plan of that refresh), and from the third on the same request from the same client
 is answered by repeating the plan when the origin's 304 is the planned one but for its Date.
 These tests drive a real cache (memory tier only) against origins on 127.0.0.1, and tell the
-paths apart by ``cache.proxy.lean.planned`` (answered from a plan), ``answered`` and
+paths apart by ``cache.proxy.fast.planned`` (answered from a plan), ``answered`` and
 ``handed_over``; the origin's counts show that no request was sent twice.
 """
 
@@ -48,17 +48,17 @@ FIELDS = [("User-Agent", "planner/1"), ("Accept", "*/*")]
 
 def planned(cache: CacheServer) -> int:
     assert cache.proxy is not None
-    return cache.proxy.lean.planned
+    return cache.proxy.fast.planned
 
 
 def recognised(cache: CacheServer) -> int:
     assert cache.proxy is not None
-    return cache.proxy.lean.recognised
+    return cache.proxy.fast.recognised
 
 
 def has_plan(cache: CacheServer, url: str) -> bool:
     assert cache.proxy is not None
-    return cache.proxy.lean.plans.get(url.encode("latin-1")) is not None
+    return cache.proxy.fast.plans.get(url.encode("latin-1")) is not None
 
 
 class Revalidated:

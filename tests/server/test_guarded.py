@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from harvest_cache.server.lean import guarded
+from harvest_cache.server.fast_fetch import guarded
 
 
 class Fetch:

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harvest_cache.http.stored import StoredHead
-from harvest_cache.server.hot import HotIndex
 from harvest_cache.server.pages import MAX_BYTES, MIN_BYTES, BodyPages
+from harvest_cache.server.prepared.hits import HotIndex
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.store.memory import MemoryTier
 from harvest_cache.store.tiered import TieredStore

@@ -23,7 +23,7 @@ from harvest_cache.http.policy import Fresh, MustValidate, evaluate
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target
 from harvest_cache.http.validation import freshen
-from harvest_cache.server.refresh import RefreshPlan, RefreshPlans, plan_refresh
+from harvest_cache.server.prepared.revalidations import RefreshPlan, RefreshPlans, plan_refresh
 from harvest_cache.store.interface import FileBody, StoredObject
 from tests.http.test_reply_shape import Parsed
 from tests.support import http_date

@@ -23,7 +23,7 @@ from harvest_cache.http.policy import storable
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target, parse_absolute
 from harvest_cache.server.fetch import head_to_store
-from harvest_cache.server.miss_plan import MissPlan, MissPlans, plan_key, plan_miss
+from harvest_cache.server.prepared.misses import MissPlan, MissPlans, plan_key, plan_miss
 
 VIA = via_entry("1.1", "test-cache")
 STATUS_VALUE = cache_status("test-cache", hit=False, fwd="uri-miss", fwd_status=200, stored=True)

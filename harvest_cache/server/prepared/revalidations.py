@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.dates import parse_http_date
 from harvest_cache.http.forwarding import forwarded_head
-from harvest_cache.http.freshness import initial_age
+from harvest_cache.http.freshness import directive_lifetime, initial_age, stale_at
 from harvest_cache.http.headers import RawFields, stored_fields
 from harvest_cache.http.reply_shape import ReplyShape, shape_of, values_in
 from harvest_cache.http.stored import StoredHead
@@ -47,7 +47,7 @@ class RefreshPlan:
     before_date: Fields  # the refreshed head's fields before and after its Date
     date_name: str
     after_date: Fields
-    lifetime: float  # explicit (from max-age or s-maxage), so the Date does not change it
+    lifetime: float  # from max-age or s-maxage (``directive_lifetime``): no Date changes it
     always_stale: bool  # no-cache: validated on every use whatever its lifetime
     stale_at: float  # wall clock from which ``obj`` needs validation
     head_before: bytes  # the client's response head up to the Date value, ...
@@ -125,7 +125,7 @@ class RefreshPlan:
         Also moves the plan's staleness to that of the new head."""
         fields = (*self.before_date, (self.date_name, date), *self.after_date)
         received_age = initial_age(parse_http_date(date), 0, request_time, response_time)
-        self.stale_at = response_time - received_age + self.lifetime
+        self.stale_at = stale_at(response_time, received_age, self.lifetime)
         return stored.revalidated(fields, request_time, response_time), received_age
 
     def client_head(self, date: str, age: str, cache_status: str, length: int) -> bytes:
@@ -171,7 +171,7 @@ def plan_refresh(
         return None
     headers = stored_fields(fresh.headers)
     cc = parse_cache_control(headers.get_all("Cache-Control"))
-    lifetime = cc.s_maxage if cc.s_maxage is not None else cc.max_age
+    lifetime = directive_lifetime(cc)
     if lifetime is None or cc.stale_while_revalidate is not None:
         return None
     if "Age" in headers or "Vary" in headers:
@@ -204,9 +204,9 @@ def plan_refresh(
         before_date=fresh.headers[:at],
         date_name=name,
         after_date=fresh.headers[at + 1 :],
-        lifetime=float(lifetime),
+        lifetime=lifetime,
         always_stale=cc.no_cache or bool(cc.no_cache_fields),
-        stale_at=fresh.response_time - received_age + lifetime,
+        stale_at=stale_at(fresh.response_time, received_age, lifetime),
         head_before=prefix[:cut],
         head_after=prefix[cut + len(date) :],
         status=fresh.status,

@@ -28,7 +28,9 @@ from typing import cast
 
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.forwarding import HOP_BY_HOP, forwarded_head
+from harvest_cache.http.freshness import directive_lifetime
 from harvest_cache.http.headers import RawFields
+from harvest_cache.http.policy import validated_on_every_use
 from harvest_cache.http.reply_shape import ReplyShape, shape_of, values_in
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import PLAIN_PATH, Target
@@ -271,10 +273,10 @@ def plan_miss(
 def _needs_validator(stored: StoredHead) -> bool:
     """Whether the response must be revalidated on every use, so that whether it may be
     stored at all turns on its validators being well-formed (RFC 9111 4.3.1: ``storable``
-    refuses such a response without one), which a plan does not look at."""
+    refuses such a response without one), which a plan does not look at. (A plan takes no
+    Expires, so its directives alone give its lifetime.)"""
     cc = parse_cache_control([v for n, v in stored.headers if n.lower() == "cache-control"])
-    lifetime = cc.s_maxage if cc.s_maxage is not None else cc.max_age
-    return cc.no_cache or bool(cc.no_cache_fields) or lifetime == 0
+    return validated_on_every_use(cc, directive_lifetime(cc))
 
 
 class MissPlans:

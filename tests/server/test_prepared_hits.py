@@ -9,7 +9,7 @@ import pytest
 
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.server.accesslog import line_head, line_tail
-from harvest_cache.server.hot import HotEntry, HotIndex
+from harvest_cache.server.prepared.hits import HotEntry, HotIndex
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.store.memory import MemoryTier
 from harvest_cache.store.tiered import TieredStore
