@@ -65,7 +65,7 @@ from broker.metrics import INTERFACES, QUERY_OUTCOMES, BrokerMetrics, software_v
 from broker.scheduler import CollectionStatus, Scheduler
 from broker.search import Page
 from gatherer.soif import encode
-from harvest_cache.config import number
+from harvest_common.config import number
 
 if TYPE_CHECKING:
     from broker.app import Broker

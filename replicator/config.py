@@ -1,9 +1,10 @@
 """The replicator's configuration: frozen dataclasses loaded once from TOML by ``load``.
 
 Sections ``[replicator]`` (this member), ``[timing]``, ``[topology]`` and one ``[[groups]]``
-table per replicated collection. Settings are declared with the cache's ``setting`` and read
-by its section reader, so every unknown key and bad value is reported with its name and the
-reason, all at once; ``reference()`` documents every key (docs/replicator-configuration.md).
+table per replicated collection. Settings are declared with the configuration kit's
+``setting`` (harvest_common.config) and read by its section reader, so every unknown key and
+bad value is reported with its name and the reason, all at once; ``reference()`` documents
+every key (docs/replicator-configuration.md).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.config import HsrSettings, collection_name, source_url
-from harvest_cache.config import (
+from broker.config import HsrSettings
+from harvest_common.config import (
     Address,
     address,
+    collection_name,
     integer,
     number,
     read_array,
@@ -26,9 +28,10 @@ from harvest_cache.config import (
     read_toml,
     reference_document,
     setting,
+    source_url,
     text,
 )
-from harvest_cache.errors import ConfigError as CacheConfigError
+from harvest_common.errors import ConfigError as KitConfigError
 from replicator.errors import ConfigError
 
 _MEMBER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")
@@ -210,7 +213,7 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     problems: list[str] = []
     try:
         sections = read_sections(raw, SECTIONS, origin)
-    except CacheConfigError as e:
+    except KitConfigError as e:
         problems += e.problems
         sections = {}
     section = raw.get("replicator")
@@ -243,7 +246,7 @@ def load(path: Path) -> Config:
     starts, or in a thread)."""
     try:
         raw = read_toml(path)
-    except CacheConfigError as e:
+    except KitConfigError as e:
         raise ConfigError(e.problems) from None
     return from_mapping(raw, str(path))
 

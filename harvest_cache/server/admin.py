@@ -29,9 +29,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from harvest_cache import __version__
-from harvest_cache.errors import ConfigError, RequestError
+from harvest_cache.errors import RequestError
 from harvest_cache.http.target import parse_absolute
 from harvest_cache.metrics import registries
+from harvest_common.errors import ConfigError
 
 if TYPE_CHECKING:
     from harvest_cache.server.app import CacheServer

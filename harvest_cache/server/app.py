@@ -10,7 +10,6 @@ from dataclasses import fields, replace
 from typing import Any
 
 from harvest_cache.config import Config
-from harvest_cache.errors import ConfigError
 from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.hierarchy.neighbours import Neighbours
@@ -27,6 +26,7 @@ from harvest_cache.server.tasks import TaskSet
 from harvest_cache.store.tiered import TieredStore, open_store
 from harvest_cache.upstream.dns import Resolver
 from harvest_cache.upstream.pool import Pool
+from harvest_common.errors import ConfigError
 
 log = logging.getLogger("harvest_cache")
 

@@ -23,7 +23,8 @@ import dns.resolver
 from aiocache import SimpleMemoryCache
 
 from harvest_cache.config import DNSConfig
-from harvest_cache.errors import ConfigError, DNSFailure
+from harvest_cache.errors import DNSFailure
+from harvest_common.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

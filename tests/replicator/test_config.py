@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harvest_cache.config import Address
+from harvest_common.config import Address
 from replicator.config import (
     MIN_SECRET,
     SECTIONS,

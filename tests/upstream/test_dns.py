@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harvest_cache.config import Address, DNSConfig
+from harvest_cache.config import DNSConfig
 from harvest_cache.errors import DNSFailure
 from harvest_cache.upstream.dns import (
     NO_ADDRESS,
@@ -24,6 +24,7 @@ from harvest_cache.upstream.dns import (
     merge,
     parse_hosts,
 )
+from harvest_common.config import Address
 from tests.dns_server import ScriptedDNS, Zone, scripted_dns
 
 ZONE: Zone = {
