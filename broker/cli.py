@@ -44,7 +44,7 @@ from broker.index.tantivy_engine import TantivyIndex
 from broker.metrics import software_version
 from broker.registry import Registry
 from broker.sync import IndexSync
-from harvest_cache.stopping import stop_signal
+from harvest_common.stopping import stop_signal
 
 PROG = "harvest-broker"
 DEFAULT_URL = "http://127.0.0.1:8501"

@@ -31,7 +31,7 @@ import uvloop
 
 from broker import hsr
 from broker.metrics import software_version
-from harvest_cache.stopping import stop_signal
+from harvest_common.stopping import stop_signal
 from replicator.config import Config, load, reference
 from replicator.errors import ConfigError, ReplicatorError
 from replicator.node import Node

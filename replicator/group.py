@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from harvest_cache.server.tasks import TaskSet
+from harvest_common.tasks import TaskSet
 from replicator.client import BrokerClient, PeerClient, parse_bucket_entries
 from replicator.config import Config, GroupConfig
 from replicator.coordination import Agreed, Coordination, CostRow

@@ -43,13 +43,13 @@ from harvest_cache.server.miss_plan import MissPlans, plan_key, plan_miss
 from harvest_cache.server.refresh import RefreshPlans, plan_refresh
 from harvest_cache.server.reply import bodyless, framing, interim_relay
 from harvest_cache.server.request import Request
-from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import ObjectStore, StoredObject
 from harvest_cache.upstream.client import Exchange
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 from harvest_cache.upstream.pool import Pool
+from harvest_common.tasks import TaskSet
 
 log = logging.getLogger("harvest_cache")
 P = ParamSpec("P")

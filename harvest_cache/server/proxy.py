@@ -59,13 +59,13 @@ from harvest_cache.server.planned_miss import start_planned_miss
 from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.routing import Router, request_target
-from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.server.tunnel import open_tunnel
 from harvest_cache.store.entry import StoredHead, VaryMarker
 from harvest_cache.store.interface import FileBody, ObjectStore, StoredObject
 from harvest_cache.upstream.client import OutgoingRequest
 from harvest_cache.upstream.pool import Pool
+from harvest_common.tasks import TaskSet
 
 log = logging.getLogger("harvest_cache")
 
