@@ -34,7 +34,7 @@ import sqlite3
 from pathlib import Path
 
 from broker.errors import StorageError
-from gatherer import sqlite
+from harvest_common import sqlite
 from replicator.version import STEP
 
 VERSION = 2

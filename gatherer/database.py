@@ -32,10 +32,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from gatherer import sqlite
 from gatherer.errors import DatabaseError, SoifError
 from gatherer.schema import connect
 from gatherer.soif import Record, decode, encode
+from harvest_common import sqlite
 
 UPDATE_TIME = "Update-Time"
 TIME_TO_LIVE = "Time-to-Live"
