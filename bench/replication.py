@@ -40,7 +40,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 
 from broker.oid import oid  # noqa: E402
-from gatherer.soif import Record, encode  # noqa: E402
+from harvest_common.soif import Record, encode  # noqa: E402
 from replicator.version import Version  # noqa: E402
 from replicator.wire import Entry, pack  # noqa: E402
 from tests.replicator.cluster import GROUP, TOKEN, Cluster, Member, until  # noqa: E402

@@ -64,8 +64,8 @@ from broker.errors import (
 from broker.metrics import INTERFACES, QUERY_OUTCOMES, BrokerMetrics, software_version
 from broker.scheduler import CollectionStatus, Scheduler
 from broker.search import Page
-from gatherer.soif import encode
 from harvest_common.config import number
+from harvest_common.soif import encode
 
 if TYPE_CHECKING:
     from broker.app import Broker

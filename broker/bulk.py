@@ -51,7 +51,7 @@ from broker.registry import Change, Registry
 from broker.sync import attributes_text
 from gatherer.export import compressed
 from gatherer.service import choose_encoding
-from gatherer.soif import Record, encode, encode_delete
+from harvest_common.soif import Record, encode, encode_delete
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ import zstandard
 from broker.config import BrokerSettings, CollectionConfig
 from broker.errors import CollectError, StorageError
 from broker.registry import Applied, Registry
-from gatherer.errors import SoifError
-from gatherer.soif import Decoder, Item
+from harvest_common.errors import SoifError
+from harvest_common.soif import Decoder, Item
 
 BATCH = 500
 # Most decompressed bytes one step produces (and feeds the decoder) before its items are staged.

@@ -52,8 +52,8 @@ from broker.errors import BrokerError, QuerySyntaxError
 from broker.metrics import BrokerMetrics
 from broker.oid import GATHERER_ATTRIBUTES, oid
 from broker.registry import Stored
-from gatherer.errors import SoifError
-from gatherer.soif import Record, decode, encode
+from harvest_common.errors import SoifError
+from harvest_common.soif import Record, decode, encode
 
 if TYPE_CHECKING:
     from broker.app import Broker

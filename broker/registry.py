@@ -79,9 +79,9 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from broker import schema
 from broker.errors import ReplicaError, StorageError
 from broker.oid import gatherer_identity, oid
-from gatherer.errors import SoifError
-from gatherer.soif import Delete, Item, Record, Refresh, Update, decode, encode
 from harvest_common import sqlite
+from harvest_common.errors import SoifError
+from harvest_common.soif import Delete, Item, Record, Refresh, Update, decode, encode
 from replicator.version import STEP, Version
 from replicator.wire import Entry
 

@@ -37,7 +37,7 @@ from gatherer.export import compressed, export
 from gatherer.metrics import RunStats
 from gatherer.runner import gather, open_database
 from gatherer.service import serve
-from gatherer.soif import encode
+from harvest_common.soif import encode
 
 T = TypeVar("T")
 

@@ -37,7 +37,7 @@ from gatherer.database import (
     load_record,
     seconds_text,
 )
-from gatherer.soif import Record, encode, encode_delete, encode_refresh
+from harvest_common.soif import Record, encode, encode_delete, encode_refresh
 
 ENCODINGS = ("zstd", "gzip", "identity")
 

@@ -5,6 +5,7 @@
     ConfigError            bad configuration; carries every problem found (the configuration
                            kit raises it; the cache reports it as its own, the other services
                            map it to theirs)
+    SoifError              malformed SOIF; carries the byte ``offset`` where it went wrong
 
 Third-party exceptions (tomllib, OSError) are mapped to these where the shared modules call
 them; nothing matches on exception text.
@@ -19,3 +20,12 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("; ".join(problems))
+
+
+class SoifError(Exception):
+    """Input that is not SOIF; ``offset`` is the byte position of the problem."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        self.offset = offset
+        self.reason = reason
+        super().__init__(f"byte {offset}: {reason}")

@@ -24,8 +24,8 @@ from broker.registry import Pull, Registry, Stored
 from broker.scheduler import Scheduler
 from gatherer.database import GathererDatabase
 from gatherer.service import serve
-from gatherer.soif import Decoder, Item, Record, encode, encode_delete, encode_update
 from harvest_cache.server.app import CacheServer
+from harvest_common.soif import Decoder, Item, Record, encode, encode_delete, encode_update
 from tests.support import Origin
 
 NAME = "g1"

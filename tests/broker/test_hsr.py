@@ -23,7 +23,7 @@ from broker.hsr import (
     validate,
 )
 from broker.oid import oid
-from gatherer.soif import Delete, Record, decode, encode
+from harvest_common.soif import Delete, Record, decode, encode
 from tests.broker.test_api import TOKEN, get_json, running, url_of
 from tests.broker.test_bulk import bulk
 from tests.broker.test_collector import refused_port, until

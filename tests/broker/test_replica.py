@@ -22,7 +22,7 @@ import pytest
 from broker.app import Broker
 from broker.errors import ReplicaError
 from broker.registry import Registry, ReplicaApplied
-from gatherer.soif import Delete, Refresh, encode
+from harvest_common.soif import Delete, Refresh, encode
 from replicator import wire
 from replicator.errors import WireError
 from replicator.merkle import BUCKET_BITS_DEFAULT, MerkleTree, bucket_of, differing_buckets

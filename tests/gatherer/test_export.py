@@ -18,7 +18,7 @@ import zstandard
 from gatherer.database import GathererDatabase
 from gatherer.export import compressed, export, merged
 from gatherer.service import choose_encoding, serve
-from gatherer.soif import Delete, Item, Record, Refresh, decode
+from harvest_common.soif import Delete, Item, Record, Refresh, decode
 
 TTL = 1000.0
 RATE = 100.0

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from broker.hsr import server_record
-from gatherer.soif import encode
+from harvest_common.soif import encode
 from tests.replicator.relay import Relay
 
 TOKEN = "broker-admin-token"

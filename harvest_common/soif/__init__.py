@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gatherer.soif.codec import (
+from harvest_common.soif.codec import (
     Decoder,
     decode,
     encode,
@@ -10,8 +10,8 @@ from gatherer.soif.codec import (
     encode_refresh,
     encode_update,
 )
-from gatherer.soif.record import Record
-from gatherer.soif.stream import Delete, Item, Refresh, Update
+from harvest_common.soif.record import Record
+from harvest_common.soif.stream import Delete, Item, Refresh, Update
 
 __all__ = [
     "Decoder",
