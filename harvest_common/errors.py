@@ -6,9 +6,10 @@
                            kit raises it; the cache reports it as its own, the other services
                            map it to theirs)
     SoifError              malformed SOIF; carries the byte ``offset`` where it went wrong
+    MalformedStream        a pulled SOIF stream that is not what its headers promise
 
-Third-party exceptions (tomllib, OSError) are mapped to these where the shared modules call
-them; nothing matches on exception text.
+Third-party exceptions (tomllib, OSError, zlib and zstandard) are mapped to these where the
+shared modules call them; nothing matches on exception text.
 """
 
 from __future__ import annotations
@@ -29,3 +30,8 @@ class SoifError(Exception):
         self.offset = offset
         self.reason = reason
         super().__init__(f"byte {offset}: {reason}")
+
+
+class MalformedStream(Exception):
+    """A pulled SOIF stream that is not what its headers promise: an unsupported coding,
+    broken compression, bytes after its end, a missing or malformed ``X-Harvest-*`` header."""
