@@ -40,9 +40,9 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 
 from broker.oid import oid  # noqa: E402
+from harvest_common.replication.version import Version  # noqa: E402
+from harvest_common.replication.wire import Entry, pack  # noqa: E402
 from harvest_common.soif import Record, encode  # noqa: E402
-from replicator.version import Version  # noqa: E402
-from replicator.wire import Entry, pack  # noqa: E402
 from tests.replicator.cluster import GROUP, TOKEN, Cluster, Member, until  # noqa: E402
 
 OUTPUT = BENCH / "results" / "replication.json"

@@ -7,6 +7,11 @@
                            map it to theirs)
     SoifError              malformed SOIF; carries the byte ``offset`` where it went wrong
     MalformedStream        a pulled SOIF stream that is not what its headers promise
+    ReplicatorError        replication data or an exchange that the protocol refuses (the
+    │                      replicator's own errors derive from it: replicator/errors.py)
+    ├── WireError          a version, change list or transfer that is malformed, truncated or
+    │                      corrupted
+    └── MerkleError        anti-entropy input that is malformed or inconsistent
 
 Third-party exceptions (tomllib, OSError, zlib and zstandard) are mapped to these where the
 shared modules call them; nothing matches on exception text.
@@ -35,3 +40,16 @@ class SoifError(Exception):
 class MalformedStream(Exception):
     """A pulled SOIF stream that is not what its headers promise: an unsupported coding,
     broken compression, bytes after its end, a missing or malformed ``X-Harvest-*`` header."""
+
+
+class ReplicatorError(Exception):
+    """Base of every replication error: the protocol's (below) and the replicator's own."""
+
+
+class MerkleError(ReplicatorError):
+    """Anti-entropy input is malformed or inconsistent: a bad wire encoding, a remote tree of
+    another shape, an answer that does not match the question, or misuse of a digest."""
+
+
+class WireError(ReplicatorError):
+    """Replication data that is malformed, truncated or corrupted."""

@@ -31,9 +31,10 @@ import uvloop
 
 from broker import hsr
 from broker.metrics import software_version
+from harvest_common.errors import ReplicatorError
 from harvest_common.stopping import stop_signal
 from replicator.config import Config, load, reference
-from replicator.errors import ConfigError, ReplicatorError
+from replicator.errors import ConfigError
 from replicator.node import Node
 
 PROG = "harvest-replicator"

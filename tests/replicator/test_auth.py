@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from harvest_common.errors import ReplicatorError
 from replicator import auth
 from replicator.auth import (
     MEMBER,
@@ -16,7 +17,7 @@ from replicator.auth import (
     sign_answer,
     sign_request,
 )
-from replicator.errors import AuthError, ReplicatorError
+from replicator.errors import AuthError
 
 SECRET = b"a shared secret of the group"
 NOW = 1_700_000_000.0
