@@ -28,7 +28,6 @@ from harvest_common.config import (
     boolean,
     choice,
     integer,
-    nameserver_list,
     networks,
     number,
     optional_path,
@@ -40,6 +39,7 @@ from harvest_common.config import (
     setting,
     text,
 )
+from harvest_common.dns import DNSConfig
 from harvest_common.errors import ConfigError
 
 # -- parsers of the cache's own values (like the kit's: a TOML value in, the typed value out) --
@@ -273,26 +273,6 @@ class UpstreamConfig:
         " needs many).",
         integer(0, 10000),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class DNSConfig:
-    nameservers: tuple[Address, ...] = setting(
-        (),
-        "Resolver addresses (`IP` or `IP:PORT`); empty uses the system's (/etc/resolv.conf).",
-        nameserver_list,
-    )
-    hosts_file: Path | None = setting(
-        Path("/etc/hosts"), "Hosts file consulted before DNS; `none` for no file.", optional_path
-    )
-    min_ttl: int = setting(60, "Answers are cached at least this many seconds.", integer(0, 2**31))
-    max_ttl: int = setting(
-        21600, "Answers are cached at most this many seconds.", integer(0, 2**31)
-    )
-    negative_ttl: int = setting(
-        30, "Failed lookups are remembered this many seconds.", integer(0, 86400)
-    )
-    timeout: float = setting(5.0, "Seconds one lookup may take.", number(0.01, 120))
 
 
 def optional_address(v: Any) -> Address | None:

@@ -7,14 +7,15 @@
                            map it to theirs)
     SoifError              malformed SOIF; carries the byte ``offset`` where it went wrong
     MalformedStream        a pulled SOIF stream that is not what its headers promise
+    DNSFailure             a name the resolver could not resolve; carries a short ``cause``
     ReplicatorError        replication data or an exchange that the protocol refuses (the
     │                      replicator's own errors derive from it: replicator/errors.py)
     ├── WireError          a version, change list or transfer that is malformed, truncated or
     │                      corrupted
     └── MerkleError        anti-entropy input that is malformed or inconsistent
 
-Third-party exceptions (tomllib, OSError, zlib and zstandard) are mapped to these where the
-shared modules call them; nothing matches on exception text.
+Third-party exceptions (tomllib, OSError, zlib and zstandard, dnspython) are mapped to these
+where the shared modules call them; nothing matches on exception text.
 """
 
 from __future__ import annotations
@@ -40,6 +41,18 @@ class SoifError(Exception):
 class MalformedStream(Exception):
     """A pulled SOIF stream that is not what its headers promise: an unsupported coding,
     broken compression, bytes after its end, a missing or malformed ``X-Harvest-*`` header."""
+
+
+class DNSFailure(Exception):
+    """A name that did not resolve; ``cause`` says why in a few words (no such domain,
+    timeout, resolver error, invalid name, no address). ``status`` is what a gateway answers
+    for it: the cache maps it to its own upstream DNSFailure, answered so."""
+
+    status = 502
+
+    def __init__(self, cause: str) -> None:
+        self.cause = cause
+        super().__init__(cause)
 
 
 class ReplicatorError(Exception):

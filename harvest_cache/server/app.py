@@ -23,8 +23,8 @@ from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.proxy import Proxy, heuristic_rules
 from harvest_cache.server.routing import Router, fetch_internal
 from harvest_cache.store.tiered import TieredStore, open_store
-from harvest_cache.upstream.dns import Resolver
 from harvest_cache.upstream.pool import Pool
+from harvest_common.dns import Resolver
 from harvest_common.errors import ConfigError
 from harvest_common.tasks import TaskSet
 
