@@ -124,7 +124,7 @@ def longest_path_delay(topology: dict[str, Any], delays: dict[tuple[int, int], f
 
 async def register(cluster: Cluster, member: Member, name: str, size: int) -> str:
     """Register a server at ``member``; returns its object id."""
-    from broker.hsr import server_record
+    from harvest_common.hsr_client import server_record
 
     rng = random.Random(name)
     text = " ".join(f"w{rng.randrange(50_000)}" for _ in range(size // 7))

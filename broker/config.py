@@ -32,6 +32,7 @@ from harvest_common.config import (
     text,
 )
 from harvest_common.errors import ConfigError as KitConfigError
+from harvest_common.hsr_client import HsrSettings
 
 DAY = 86400.0
 
@@ -87,24 +88,6 @@ class BrokerSettings:
         "This broker's id among the replicas of its collections (unique in a replication"
         " group; the origin of the changes made here). Empty: the host name and listen port.",
         str,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class HsrSettings:
-    url: str | None = setting(
-        None,
-        "The Harvest Server Registry (a broker) to register this server at; none: do not.",
-        optional_url,
-    )
-    description: str = setting(
-        "", "What this server holds or serves, for the registry's record.", str
-    )
-    administrator: str = setting("", "Who runs it (an address), for the registry's record.", str)
-    renew: float = setting(
-        DAY,
-        "Seconds between renewals of the registration (before its TTL runs out).",
-        number(60, 1e8),
     )
 
 

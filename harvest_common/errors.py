@@ -8,14 +8,15 @@
     SoifError              malformed SOIF; carries the byte ``offset`` where it went wrong
     MalformedStream        a pulled SOIF stream that is not what its headers promise
     DNSFailure             a name the resolver could not resolve; carries a short ``cause``
+    HsrClientError         registering at an HSR failed: ``refused`` or ``unavailable``
     ReplicatorError        replication data or an exchange that the protocol refuses (the
     │                      replicator's own errors derive from it: replicator/errors.py)
     ├── WireError          a version, change list or transfer that is malformed, truncated or
     │                      corrupted
     └── MerkleError        anti-entropy input that is malformed or inconsistent
 
-Third-party exceptions (tomllib, OSError, zlib and zstandard, dnspython) are mapped to these
-where the shared modules call them; nothing matches on exception text.
+Third-party exceptions (tomllib, OSError, zlib and zstandard, dnspython, aiohttp) are mapped to
+these where the shared modules call them; nothing matches on exception text.
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ class DNSFailure(Exception):
     def __init__(self, cause: str) -> None:
         self.cause = cause
         super().__init__(cause)
+
+
+class HsrClientError(Exception):
+    """Registering at an HSR failed: ``refused`` (it answered 4xx: the record is bad) or
+    ``unavailable`` (no answer, or 5xx: try again later)."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        self.kind = kind
+        self.reason = reason
+        super().__init__(f"{kind}: {reason}")
 
 
 class ReplicatorError(Exception):

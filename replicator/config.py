@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.config import HsrSettings
 from harvest_common.config import (
     Address,
     address,
@@ -32,6 +31,7 @@ from harvest_common.config import (
     text,
 )
 from harvest_common.errors import ConfigError as KitConfigError
+from harvest_common.hsr_client import HsrSettings
 from replicator.errors import ConfigError
 
 _MEMBER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")
