@@ -1,4 +1,6 @@
-"""SOIF, the Summary Object Interchange Format: records, their encoding, update streams."""
+"""SOIF, the Summary Object Interchange Format: records, their encoding, update streams (pure).
+
+``transport`` carries a SOIF stream over HTTP, compressed; import it from there."""
 
 from __future__ import annotations
 
