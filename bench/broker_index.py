@@ -5,7 +5,7 @@ latency of ``broker.index.TantivyIndex`` on generated SOIF summaries.
     .venv/bin/python bench/broker_index.py [--records 100000] [--queries 500] [--seed 1994]
 
 Generates ``--records`` realistic SOIF records deterministically (see ``Corpus``), measures
-their encoded size with ``gatherer.soif.encode``, indexes them through the index's async API
+their encoded size with ``harvest_common.soif.encode``, indexes them through the index's async API
 (records per second end to end, thread hops and commits included), reports the index's size
 on disk against the SOIF bytes, then runs ``--queries`` queries of each class through
 ``await index.search(tree, limit=10)`` and reports p50/p99/max milliseconds, each against the
@@ -44,7 +44,7 @@ from run import core_seconds  # noqa: E402
 from broker.index import IndexedObject, TantivyIndex  # noqa: E402
 from broker.query.ast import And, Node, Not, Or, Phrase, Word  # noqa: E402
 from broker.sync import attributes_text  # noqa: E402
-from gatherer.soif import Record, encode  # noqa: E402
+from harvest_common.soif import Record, encode  # noqa: E402
 
 OUTPUT = BENCH / "results" / "broker_index.json"
 TARGET_RECORDS_PER_S = 15_000.0

@@ -40,9 +40,9 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 
 from broker.oid import oid  # noqa: E402
-from gatherer.soif import Record, encode  # noqa: E402
-from replicator.version import Version  # noqa: E402
-from replicator.wire import Entry, pack  # noqa: E402
+from harvest_common.replication.version import Version  # noqa: E402
+from harvest_common.replication.wire import Entry, pack  # noqa: E402
+from harvest_common.soif import Record, encode  # noqa: E402
 from tests.replicator.cluster import GROUP, TOKEN, Cluster, Member, until  # noqa: E402
 
 OUTPUT = BENCH / "results" / "replication.json"
@@ -124,7 +124,7 @@ def longest_path_delay(topology: dict[str, Any], delays: dict[tuple[int, int], f
 
 async def register(cluster: Cluster, member: Member, name: str, size: int) -> str:
     """Register a server at ``member``; returns its object id."""
-    from broker.hsr import server_record
+    from harvest_common.hsr_client import server_record
 
     rng = random.Random(name)
     text = " ".join(f"w{rng.randrange(50_000)}" for _ in range(size // 7))

@@ -61,11 +61,13 @@ from broker.errors import (
     ReplicaError,
     StorageError,
 )
-from broker.metrics import INTERFACES, QUERY_OUTCOMES, BrokerMetrics, software_version
+from broker.metrics import INTERFACES, QUERY_OUTCOMES, BrokerMetrics
 from broker.scheduler import CollectionStatus, Scheduler
 from broker.search import Page
-from gatherer.soif import encode
-from harvest_cache.config import number
+from harvest_common import hsr_client
+from harvest_common.config import number
+from harvest_common.software import software_version
+from harvest_common.soif import encode
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -347,7 +349,7 @@ class Api:
             outcome: int(
                 sum(
                     value("harvest_broker_hsr_registrations_total", {"type": t, "outcome": outcome})
-                    for t in (*hsr.TYPES, "invalid")
+                    for t in (*hsr_client.TYPES, "invalid")
                 )
             )
             for outcome in ("new", "renewed", "invalid")

@@ -25,9 +25,9 @@ from broker.registry import Registry
 from broker.scheduler import Scheduler
 from broker.search import Page, Searcher
 from broker.sync import IndexSync, Reconciled
-from harvest_cache.lifecycle import Owned
-from harvest_cache.server.tasks import TaskSet
-from harvest_cache.web_site import listening
+from harvest_common.lifecycle import Owned
+from harvest_common.tasks import TaskSet
+from harvest_common.web_site import listening
 
 log = logging.getLogger(__name__)
 

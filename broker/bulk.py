@@ -49,13 +49,11 @@ from broker.query.ast import Node
 from broker.query.parser import parse
 from broker.registry import Change, Registry
 from broker.sync import attributes_text
-from gatherer.export import compressed
-from gatherer.service import choose_encoding
-from gatherer.soif import Record, encode, encode_delete
+from harvest_common.soif import Record, encode, encode_delete
+from harvest_common.soif.transport import SOIF_TYPE, choose_encoding, compressed
 
 log = logging.getLogger(__name__)
 
-SOIF_TYPE = "application/x-soif"
 UNTIL = "X-Harvest-Until"
 COMPLETE = "X-Harvest-Complete"
 # Changes read, matched and encoded at a time: a few hundred KiB of records.

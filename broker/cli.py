@@ -41,10 +41,12 @@ from broker.collector import Collector
 from broker.config import Config, load, reference
 from broker.errors import BrokerError, CollectError, ConfigError
 from broker.index.tantivy_engine import TantivyIndex
-from broker.metrics import software_version
 from broker.registry import Registry
 from broker.sync import IndexSync
-from harvest_cache.stopping import stop_signal
+from harvest_common import hsr_client
+from harvest_common.errors import HsrClientError
+from harvest_common.software import software_version
+from harvest_common.stopping import stop_signal
 
 PROG = "harvest-broker"
 DEFAULT_URL = "http://127.0.0.1:8501"
@@ -125,7 +127,7 @@ def parser() -> argparse.ArgumentParser:
         "register", help="register a server (cache, gatherer, ...) at an HSR"
     )
     register.add_argument("--hsr", required=True, help="the HSR broker's URL")
-    register.add_argument("--type", required=True, choices=hsr.TYPES, dest="kind")
+    register.add_argument("--type", required=True, choices=hsr_client.TYPES, dest="kind")
     register.add_argument("--name", required=True)
     register.add_argument("--host", required=True)
     register.add_argument("--port", required=True, type=_port)
@@ -188,7 +190,7 @@ def _config(path: Path) -> Config:
 async def _serve(config: Config) -> int:
     async with await Broker.start(config) as broker:
         version = f"{PROG} {await asyncio.to_thread(software_version)}"
-        async with hsr.registered(
+        async with hsr_client.registered(
             config.hsr, "broker", config.broker.name, broker.address, version
         ):
             await _serving(config, broker)
@@ -294,7 +296,7 @@ def _collect(args: argparse.Namespace, config: Config | None) -> int:
     url = args.url
     if url is None and config is not None:
         host, port = config.broker.listen
-        host = "127.0.0.1" if host in hsr.WILDCARDS else host
+        host = "127.0.0.1" if host in hsr_client.WILDCARDS else host
         url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     token = args.token or (config.broker.admin_token if config is not None else None)
     return uvloop.run(_collect_online(url or DEFAULT_URL, token, args.names, args.full))
@@ -390,7 +392,7 @@ async def _collect_offline(config: Config, names: list[str], full: bool) -> int:
 
 async def _register(args: argparse.Namespace) -> int:
     try:
-        record = hsr.server_record(
+        record = hsr_client.server_record(
             args.kind,
             name=args.name,
             host=args.host,
@@ -407,8 +409,8 @@ async def _register(args: argparse.Namespace) -> int:
     timeout = aiohttp.ClientTimeout(total=args.timeout)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            answer = await hsr.register(args.hsr, record, session)
-    except hsr.HsrClientError as error:
+            answer = await hsr_client.register(args.hsr, record, session)
+    except HsrClientError as error:
         _fail(error.reason)
         return 2 if error.kind == "refused" else 1
     expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(answer["expires"])))

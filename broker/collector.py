@@ -10,19 +10,19 @@ It owns the broker's only ``aiohttp.ClientSession``. One pull::
        body: a SOIF stream (bare @FILE objects, @UPDATE / @REFRESH / @DELETE wrappers)
 
 ``since`` is sent when the collection is incremental, the registry holds a cursor for it and
-the pull is not ``full``. The body is decompressed here, step by step (at most ``STEP`` bytes
-of output at a time, so a small compressed body cannot balloon in memory), decoded, and handed
-to the registry's staged pull in batches of ``BATCH`` items; the cursor and completeness from
-the headers go to its commit. Every failure before the commit (connection, timeout, status,
-headers, compression, SOIF, a body cut short, storage) raises ``CollectError`` and aborts the
-staged pull: nothing of it is applied and the cursor stays where it was.
+the pull is not ``full``. The body is decompressed and decoded step by step by the SOIF
+transport (harvest_common.soif.transport: at most ``STEP`` bytes of output at a time, so a
+small compressed body cannot balloon in memory) and handed to the registry's staged pull in
+batches of ``BATCH`` items; the cursor and completeness from the headers go to its commit.
+Every failure before the commit (connection, timeout, status, headers, compression, SOIF, a
+body cut short, storage) raises ``CollectError`` and aborts the staged pull: nothing of it is
+applied and the cursor stays where it was.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -30,25 +30,18 @@ from types import TracebackType
 from typing import Protocol
 
 import aiohttp
-import zstandard
 
 from broker.config import BrokerSettings, CollectionConfig
 from broker.errors import CollectError, StorageError
 from broker.registry import Applied, Registry
-from gatherer.errors import SoifError
-from gatherer.soif import Decoder, Item
+from harvest_common.errors import MalformedStream, SoifError
+from harvest_common.soif import Item
+from harvest_common.soif.transport import ACCEPT_ENCODING, BodyDecoder, content_coding
 
 BATCH = 500
-# Most decompressed bytes one step produces (and feeds the decoder) before its items are staged.
-STEP = 256 * 1024
-# zstd's decompressobj has no output limit, so its input goes in small slices. At zstd's
-# extreme ratio (a 128 KiB block in 4 bytes) one slice still expands to at most 16 MiB: the
-# order of the largest value the SOIF decoder buffers anyway (64 MiB).
-ZSTD_SLICE = 512
 # How much of an error response's body is quoted in the CollectError.
 ERROR_EXCERPT = 200
 
-ACCEPT_ENCODING = "zstd, gzip"
 UNTIL = "X-Harvest-Until"
 COMPLETE = "X-Harvest-Complete"
 
@@ -87,149 +80,24 @@ class Puller(Protocol):
     ) -> PullResult: ...
 
 
-class _Malformed(Exception):
-    """The body is not what the headers promised (bad compression, trailing bytes)."""
-
-
-class _Identity:
-    def __init__(self) -> None:
-        self._input = b""
-
-    def push(self, data: bytes) -> None:
-        self._input = data
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._input)
-
-    def take(self) -> bytes:
-        # Network chunks are already small (one socket read): passed on whole.
-        data, self._input = self._input, b""
-        return data
-
-    def finish(self) -> None:
-        pass
-
-
-class _Gzip:
-    def __init__(self) -> None:
-        self._z = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer
-        self._input = b""
-        self._held = False  # the last step stopped at STEP: zlib may hold more output
-
-    def push(self, data: bytes) -> None:
-        if data and self._z.eof:
-            raise _Malformed("bytes after the end of the gzip stream")
-        self._input = data
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._input) or self._held
-
-    def take(self) -> bytes:
-        out = self._z.decompress(self._input, STEP)
-        self._input = self._z.unconsumed_tail
-        self._held = len(out) == STEP
-        if self._z.unused_data:
-            raise _Malformed("bytes after the end of the gzip stream")
-        return out
-
-    def finish(self) -> None:
-        if not self._z.eof:
-            raise _Malformed("the body ended inside the gzip stream")
-
-
-class _Zstd:
-    def __init__(self) -> None:
-        self._z = zstandard.ZstdDecompressor().decompressobj()
-        self._input = memoryview(b"")
-
-    def push(self, data: bytes) -> None:
-        if data and self._z.eof:
-            raise _Malformed("bytes after the end of the zstd frame")
-        self._input = memoryview(data)
-
-    @property
-    def pending(self) -> bool:
-        return len(self._input) > 0
-
-    def take(self) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        while self._input and size < STEP:
-            if self._z.eof:
-                raise _Malformed("bytes after the end of the zstd frame")
-            piece, self._input = self._input[:ZSTD_SLICE], self._input[ZSTD_SLICE:]
-            out = self._z.decompress(piece)
-            parts.append(out)
-            size += len(out)
-            if self._z.eof and self._z.unused_data:
-                raise _Malformed("bytes after the end of the zstd frame")
-        return b"".join(parts)
-
-    def finish(self) -> None:
-        if not self._z.eof:
-            raise _Malformed("the body ended inside the zstd frame")
-
-
-class _Body:
-    """Sans-IO: the response body's chunks in, SOIF items out, a bounded step at a time.
-
-    ``push`` a chunk, then call ``step`` while ``pending``; ``finish`` at the end of the body.
-    The steps run on a worker thread (decompression and decoding are CPU work); they are
-    called one at a time, so the state needs no lock.
-    """
-
-    def __init__(self, coding: str) -> None:
-        self._inflater: _Identity | _Gzip | _Zstd = (
-            _Gzip() if coding == "gzip" else _Zstd() if coding == "zstd" else _Identity()
-        )
-        self._decoder = Decoder()
-
-    def push(self, data: bytes) -> None:
-        self._inflater.push(data)
-
-    @property
-    def pending(self) -> bool:
-        return self._inflater.pending
-
-    def step(self) -> list[Item]:
-        return self._decoder.feed(self._inflater.take())
-
-    def finish(self) -> None:
-        self._inflater.finish()
-        self._decoder.close()
-
-
-def _coding(headers: Mapping[str, str]) -> str:
-    value = headers.get("Content-Encoding", "identity").strip().lower()
-    if value in ("", "identity"):
-        return "identity"
-    if value in ("gzip", "x-gzip"):  # x-gzip: RFC 9110 8.4.1.3
-        return "gzip"
-    if value == "zstd":
-        return "zstd"
-    raise _Malformed(f"unsupported Content-Encoding {value!r} (asked for {ACCEPT_ENCODING})")
-
-
 def _cursor(headers: Mapping[str, str], kind: str) -> str:
     value = headers.get(UNTIL)
     if value is None:
-        raise _Malformed(f"no {UNTIL} header")
+        raise MalformedStream(f"no {UNTIL} header")
     value = value.strip()
     shape = _EPOCH if kind == "gatherer" else _TOKEN
     if not shape.fullmatch(value):
-        raise _Malformed(f"malformed {UNTIL}: {value[:80]!r}")
+        raise MalformedStream(f"malformed {UNTIL}: {value[:80]!r}")
     return value
 
 
 def _complete(headers: Mapping[str, str]) -> bool:
     value = headers.get(COMPLETE)
     if value is None:
-        raise _Malformed(f"no {COMPLETE} header")
+        raise MalformedStream(f"no {COMPLETE} header")
     flag = value.strip().lower()
     if flag not in ("true", "false"):
-        raise _Malformed(f"{COMPLETE} must be true or false, got {value[:80]!r}")
+        raise MalformedStream(f"{COMPLETE} must be true or false, got {value[:80]!r}")
     return flag == "true"
 
 
@@ -321,7 +189,7 @@ class Collector:
                 raise CollectError(name, "connect", f"{type(error).__name__}: {error}") from error
             except aiohttp.ClientError as error:
                 raise CollectError(name, "protocol", f"{type(error).__name__}: {error}") from error
-            except (_Malformed, SoifError, zlib.error, zstandard.ZstdError) as error:
+            except (MalformedStream, SoifError) as error:
                 raise CollectError(name, "protocol", str(error)) from error
             except StorageError as error:
                 raise CollectError(name, "storage", str(error)) from error
@@ -378,7 +246,7 @@ class Collector:
                 )
             cursor = _cursor(response.headers, collection.kind)
             complete = _complete(response.headers)
-            body = _Body(_coding(response.headers))
+            body = BodyDecoder(content_coding(response.headers))
             loop = asyncio.get_running_loop()
             batch: list[Item] = []
             items = wire = 0

@@ -1,65 +1,44 @@
 """The broker's configuration: frozen dataclasses loaded once from TOML by ``load``.
 
 Sections ``[broker]`` and ``[hsr]``, and one ``[[collections]]`` table per source. Settings
-are declared with the cache's ``setting`` (default, documentation, checking parser) and read
-by its section reader, so every unknown key and bad value is reported with its name and the
-reason, all at once; ``reference()`` documents every key (docs/broker-configuration.md).
+are declared with the configuration kit's ``setting`` (harvest_common.config: default,
+documentation, checking parser) and read by its section reader, so every unknown key and bad
+value is reported with its name and the reason, all at once; ``reference()`` documents every
+key (docs/broker-configuration.md).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from broker.errors import ConfigError
-from harvest_cache.config import (
+from harvest_common.config import (
     Address,
     address,
     boolean,
+    collection_name,
     integer,
     number,
+    optional_url,
     read_array,
     read_sections,
     read_toml,
     reference_document,
     setting,
+    source_url,
     text,
 )
-from harvest_cache.errors import ConfigError as CacheConfigError
+from harvest_common.errors import ConfigError as KitConfigError
+from harvest_common.hsr_client import HsrSettings
 
 DAY = 86400.0
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def optional_text(v: Any) -> str | None:
     return None if v == "" else text(v)
-
-
-def source_url(v: Any) -> str:
-    """An ``http://`` or ``https://`` base URL, without a trailing slash."""
-    s = text(v)
-    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", s):
-        raise ValueError(f"expected an http:// or https:// URL, got {s!r}")
-    try:
-        urlsplit(s).port  # noqa: B018 (read for its check, as a pull would read it)
-    except ValueError as error:  # a bad IPv6 literal, a port that is no number...
-        raise ValueError(f"not a valid URL ({error}): {s!r}") from None
-    return s.rstrip("/")
-
-
-def optional_url(v: Any) -> str | None:
-    return None if v == "" else source_url(v)
-
-
-def collection_name(v: Any) -> str:
-    s = text(v)
-    if not _NAME.fullmatch(s):
-        raise ValueError(f"expected letters, digits, '.', '_', '-' (at most 64), got {s!r}")
-    return s
 
 
 def source_kind(v: Any) -> str:
@@ -113,24 +92,6 @@ class BrokerSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class HsrSettings:
-    url: str | None = setting(
-        None,
-        "The Harvest Server Registry (a broker) to register this server at; none: do not.",
-        optional_url,
-    )
-    description: str = setting(
-        "", "What this server holds or serves, for the registry's record.", str
-    )
-    administrator: str = setting("", "Who runs it (an address), for the registry's record.", str)
-    renew: float = setting(
-        DAY,
-        "Seconds between renewals of the registration (before its TTL runs out).",
-        number(60, 1e8),
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class CollectionConfig:
     """One source of records: a gatherer's export or another broker's bulk API."""
 
@@ -175,7 +136,7 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     problems: list[str] = []
     try:
         sections = read_sections(raw, SECTIONS, origin)
-    except CacheConfigError as e:
+    except KitConfigError as e:
         problems += e.problems
         sections = {}
     collections = _collections(tables, origin, problems)
@@ -199,7 +160,7 @@ def load(path: Path) -> Config:
     starts, or in a thread)."""
     try:
         raw = read_toml(path)
-    except CacheConfigError as e:
+    except KitConfigError as e:
         raise ConfigError(e.problems) from None
     return from_mapping(raw, str(path))
 

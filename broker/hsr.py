@@ -24,36 +24,31 @@ so the bulk export replicates them, and expire (removed by garbage collection) w
 renewed within their Time-to-Live. ``GET /api/hsr`` lists the unexpired ones. Any broker
 accepts registrations (any broker can be an HSR); the body is bounded and checked.
 
-**Clients.** ``register`` posts one record; ``registering`` keeps the running broker's own
-record renewed (``[hsr]`` configuration); ``harvest-broker register`` lets other programs
-(caches, gatherers, replicators) register from cron or a systemd timer.
+**Clients** (harvest_common/hsr_client.py, shared by every server). ``register`` posts one
+record; ``registering`` keeps the running broker's own record renewed (``[hsr]``
+configuration); ``harvest-broker register`` lets other programs (caches, gatherers,
+replicators) register from cron or a systemd timer.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import logging
 import math
 import re
-import socket
 import time
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import aiohttp
 from aiohttp import web
 
-from broker.config import HsrSettings
 from broker.errors import BrokerError, QuerySyntaxError
 from broker.metrics import BrokerMetrics
 from broker.oid import GATHERER_ATTRIBUTES, oid
 from broker.registry import Stored
-from gatherer.errors import SoifError
-from gatherer.soif import Record, decode, encode
+from harvest_common.errors import SoifError
+from harvest_common.hsr_client import TYPES, seconds_text
+from harvest_common.soif import Record, decode
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -61,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COLLECTION = "hsr"
-TYPES = ("gatherer", "broker", "cache", "replicator")
 TEMPLATES = frozenset(t.upper() for t in TYPES)
 REQUIRED = ("Name", "Host", "Port")
 DAY = 86_400.0
@@ -69,15 +63,12 @@ DEFAULT_TTL = 2 * DAY
 MAX_TTL = 365 * DAY
 MAX_BODY = 64 * 1024  # one server record; far more than its attributes need
 MAX_LIST = 1000  # registrations one GET /api/hsr returns at most
-SOIF_TYPE = "application/x-soif"
 # Attributes the registry sets itself (whatever the server sent), and those it drops: a
 # registration is filed under the ``hsr`` collection by its URL, never by a gatherer's name.
 STAMPED = ("Server-Type", "Last-Seen", "Update-Time", "Time-to-Live")
 _DROPPED = frozenset(a.lower() for a in GATHERER_ATTRIBUTES)
 _STAMPED_KEYS = frozenset(a.lower() for a in STAMPED)
 _HOST = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}")
-# After a failed renewal the broker tries again this soon (or at its renew period if sooner).
-RETRY = 60.0
 
 
 class RegistrationError(BrokerError):
@@ -86,54 +77,6 @@ class RegistrationError(BrokerError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
-
-
-class HsrClientError(BrokerError):
-    """Registering at an HSR failed: ``refused`` (it answered 4xx: the record is bad) or
-    ``unavailable`` (no answer, or 5xx: try again later)."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        self.kind = kind
-        self.reason = reason
-        super().__init__(f"{kind}: {reason}")
-
-
-def _seconds(value: float) -> str:
-    return str(int(value)) if value == int(value) else f"{value:.3f}"
-
-
-def server_record(
-    kind: str,
-    *,
-    name: str,
-    host: str,
-    port: int,
-    url: str | None = None,
-    description: str = "",
-    administrator: str = "",
-    version: str = "",
-    ttl: float | None = None,
-) -> Record:
-    """A server record of ``kind`` (gatherer, broker, cache, replicator), as a server
-    registering itself builds it; ``url`` defaults to ``http://host:port/``."""
-    if kind not in TYPES:
-        raise ValueError(f"server type must be one of {', '.join(TYPES)}, got {kind!r}")
-    where = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    attributes: list[tuple[str, bytes]] = [
-        ("Name", name.encode()),
-        ("Host", host.encode()),
-        ("Port", str(port).encode()),
-    ]
-    for attribute, value in (
-        ("Description", description),
-        ("Administrator", administrator),
-        ("Software-Version", version),
-    ):
-        if value:
-            attributes.append((attribute, value.encode()))
-    if ttl is not None:
-        attributes.append(("Time-to-Live", _seconds(ttl).encode()))
-    return Record(kind.upper(), url or f"http://{where}:{port}/", tuple(attributes))
 
 
 def validate(record: Record, now: float) -> Record:
@@ -179,9 +122,9 @@ def validate(record: Record, now: float) -> Record:
     )
     stamps = (
         ("Server-Type", record.template.lower()),
-        ("Last-Seen", _seconds(now)),
-        ("Update-Time", _seconds(now)),
-        ("Time-to-Live", _seconds(ttl)),
+        ("Last-Seen", seconds_text(now)),
+        ("Update-Time", seconds_text(now)),
+        ("Time-to-Live", seconds_text(ttl)),
     )
     return Record(record.template, record.url, kept + tuple((n, v.encode()) for n, v in stamps))
 
@@ -334,97 +277,3 @@ def add_routes(app: web.Application, broker: Broker, metrics: BrokerMetrics) -> 
     service = HsrService(broker, metrics)
     app.router.add_post("/api/hsr/register", service.register)
     app.router.add_get("/api/hsr", service.list)
-
-
-# -- clients ---------------------------------------------------------------------------------
-
-
-async def register(hsr_url: str, record: Record, session: aiohttp.ClientSession) -> dict[str, Any]:
-    """Register (or renew) ``record`` at the HSR at ``hsr_url`` (a broker's base URL);
-    returns its answer (oid, url, type, expires, renewed). Raises HsrClientError."""
-    url = hsr_url.rstrip("/") + "/api/hsr/register"
-    try:
-        async with session.post(
-            url, data=encode(record), headers={"Content-Type": SOIF_TYPE}
-        ) as response:
-            if response.status in (200, 201):
-                answer: dict[str, Any] = await response.json()
-                return answer
-            text = (await response.content.read(500)).decode("utf-8", "replace")
-            try:
-                reason = str(json.loads(text).get("error", text))
-            except (ValueError, AttributeError):
-                reason = " ".join(text.split())
-            kind = "refused" if 400 <= response.status < 500 else "unavailable"
-            raise HsrClientError(kind, f"{url} answered {response.status}: {reason}")
-    except aiohttp.ClientError as error:
-        raise HsrClientError("unavailable", f"{url}: {type(error).__name__}: {error}") from error
-    except TimeoutError as error:
-        raise HsrClientError("unavailable", f"{url}: no answer in time") from error
-
-
-@contextlib.asynccontextmanager
-async def registering(
-    hsr_url: str,
-    make_record: Callable[[], Record],
-    renew: float,
-    *,
-    retry: float = RETRY,
-    request_seconds: float = 30.0,
-) -> AsyncIterator[None]:
-    """Keep a server registered at ``hsr_url`` while the block runs: register at once, then
-    every ``renew`` seconds (after a failure, again in ``min(retry, renew)``)."""
-
-    async def loop() -> None:
-        async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=request_seconds)
-        ) as session:
-            while True:
-                try:
-                    answer = await register(hsr_url, make_record(), session)
-                except HsrClientError as error:
-                    log.warning("HSR registration at %s failed: %s", hsr_url, error)
-                    delay = min(retry, renew)
-                else:
-                    log.info("registered at the HSR %s until %s", hsr_url, answer.get("expires"))
-                    delay = renew
-                await asyncio.sleep(delay)
-
-    task = asyncio.create_task(loop(), name="hsr registration")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-# Addresses a server may listen on that name no host: its registration names its FQDN.
-WILDCARDS = ("", "0.0.0.0", "::")
-
-
-@contextlib.asynccontextmanager
-async def registered(
-    settings: HsrSettings, kind: str, name: str, address: tuple[str, int], version: str
-) -> AsyncIterator[None]:
-    """Keep a running server of ``kind`` registered at the HSR its ``[hsr]`` settings name
-    while the block runs (nothing when they name none). ``address`` is where it listens."""
-    if settings.url is None:
-        yield
-        return
-    host, port = address
-    if host in WILDCARDS:
-        host = await asyncio.to_thread(socket.getfqdn)
-    record = server_record(
-        kind,
-        name=name,
-        host=host,
-        port=port,
-        description=settings.description,
-        administrator=settings.administrator,
-        version=version,
-        # Two renewal periods: one renewal may fail without the registration lapsing.
-        ttl=2 * settings.renew,
-    )
-    async with registering(settings.url, lambda: record, settings.renew):
-        yield

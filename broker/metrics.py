@@ -15,8 +15,6 @@ collection's name or ``hsr`` (objects of collections no longer configured are co
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib.metadata
 import math
 import time
 from collections.abc import Iterator
@@ -35,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from broker.errors import QuerySyntaxError
+from harvest_common.software import software_version
 
 if TYPE_CHECKING:
     from broker.app import Broker
@@ -48,16 +47,6 @@ INTERFACES = ("api", "page", "hsr")
 QUERY_OUTCOMES = ("ok", "syntax_error", "error")
 OTHER = "other"  # the collection label of objects whose collection is no longer scheduled
 HSR_COLLECTION = "hsr"
-
-
-@functools.cache
-def software_version() -> str:
-    """The installed harvest distribution's version. Reads package metadata from disk the
-    first time: call it once off the event loop (start-up does), then it is cached."""
-    try:
-        return importlib.metadata.version("harvest")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass(slots=True)

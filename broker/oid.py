@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 
-from gatherer.soif import Record
+from harvest_common.soif import Record
 
 GATHERER_ATTRIBUTES = ("Gatherer-Name", "Gatherer-Host", "Gatherer-Port")
 

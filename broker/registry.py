@@ -42,12 +42,13 @@ now; one whose record did not change after ``n`` as a ``refresh``). Tombstones a
 by ``expire`` once older than the retention and applied by the index; ``oldest_seq`` is then
 the lowest ``n`` still answered exactly (a replica behind it must take a full copy).
 
-**Replicas.** Every object and tombstone carries a version (replicator/version.py): a
-change made here is stamped with the time and this registry's ``member`` id, above the
-version it replaces. The replicator reads a collection's changes with their versions
-(``replica_changes``), asks which offered versions are newer than those held
-(``replica_versions``), reads whole states (``replica_entries``) and applies another
-member's (``apply_replica``: in one transaction, each entry only if its version is newer).
+**Replicas.** Every object and tombstone carries a version
+(harvest_common/replication/version.py): a change made here is stamped with the time and this
+registry's ``member`` id, above the version it replaces. The replicator reads a collection's
+changes with their versions (``replica_changes``), asks which offered versions are newer than
+those held (``replica_versions``), reads whole states (``replica_entries``) and applies
+another member's (``apply_replica``: in one transaction, each entry only if its version is
+newer).
 
 **Index synchronisation.** ``indexed_seq`` is the highest seq the index is known to
 reflect: the index applies ``changes_since`` that seq and calls ``mark_indexed`` after its
@@ -79,11 +80,11 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from broker import schema
 from broker.errors import ReplicaError, StorageError
 from broker.oid import gatherer_identity, oid
-from gatherer import sqlite
-from gatherer.errors import SoifError
-from gatherer.soif import Delete, Item, Record, Refresh, Update, decode, encode
-from replicator.version import STEP, Version
-from replicator.wire import Entry
+from harvest_common import sqlite
+from harvest_common.errors import SoifError
+from harvest_common.replication.version import STEP, Version
+from harvest_common.replication.wire import Entry
+from harvest_common.soif import Delete, Item, Record, Refresh, Update, decode, encode
 
 DAY = 86_400.0
 TIME_TO_LIVE = "Time-to-Live"

@@ -6,13 +6,13 @@ read tombstones and write the registry.
 ::
 
     GET  /api/replica/{collection}/changes?after=SEQ[&limit=N][&wait=S]
-         -> ChangeList JSON (replicator/wire.py); with ``wait``, held up to S seconds until
-            there is a change after SEQ
+         -> ChangeList JSON (harvest_common/replication/wire.py); with ``wait``, held up to
+            S seconds until there is a change after SEQ
     POST /api/replica/{collection}/wanted   {"changes": [[oid, version], ...]}
          -> {"wanted": [oid, ...]}: those offered at a version newer than the one held
     POST /api/replica/{collection}/entries  {"oids": [...]}
-         -> a transfer (application/x-harvest-replica: zstd, replicator/wire.py) of those
-            held in this collection
+         -> a transfer (application/x-harvest-replica: zstd,
+            harvest_common/replication/wire.py) of those held in this collection
     POST /api/replica/{collection}/apply    a transfer
          -> {"upserted": n, "removed": n, "skipped": n, "last_seq": n}
     GET  /api/replica/{collection}/leaves
@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from aiohttp import web
 
 from broker.errors import ReplicaError
-from replicator import wire
-from replicator.errors import ReplicatorError
-from replicator.merkle import BUCKET_BITS_DEFAULT, BucketDigests, bucket_of
-from replicator.version import Version
+from harvest_common.errors import ReplicatorError
+from harvest_common.replication import wire
+from harvest_common.replication.merkle import BUCKET_BITS_DEFAULT, BucketDigests, bucket_of
+from harvest_common.replication.version import Version
 
 if TYPE_CHECKING:
     from broker.app import Broker

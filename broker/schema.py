@@ -5,7 +5,7 @@ connection is set up.
 
     objects      oid → collection, url, gatherer, record, expires, update_time, seq (its
                  last change), record_seq (its record's), stamp, origin (its version:
-                 replicator/version.py)
+                 harvest_common/replication/version.py)
     records      id → one encoded SOIF object; owned by one objects row, one staging row
                  or the garbage (a commit hands it from staging to objects: never copied)
     garbage      records no longer owned, freed in small transactions later
@@ -34,8 +34,8 @@ import sqlite3
 from pathlib import Path
 
 from broker.errors import StorageError
-from gatherer import sqlite
-from replicator.version import STEP
+from harvest_common import sqlite
+from harvest_common.replication.version import STEP
 
 VERSION = 2
 
@@ -167,7 +167,7 @@ FREE_RECORD = "DELETE FROM records WHERE id = ?"
 # -- applying -----------------------------------------------------------------------------
 
 # A change made here is stamped above the version it replaces, object or tombstone
-# (replicator/version.py): :stamp is the time now.
+# (harvest_common/replication/version.py): :stamp is the time now.
 _ABOVE_TOMBSTONE = (
     f"max(:stamp, coalesce((SELECT stamp FROM tombstones WHERE oid = :oid), 0) + {STEP})"
 )

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from broker.index.interface import Index, IndexedObject
 from broker.registry import Change, Registry, Stored
-from gatherer.soif import Record
+from harvest_common.soif import Record
 
 log = logging.getLogger(__name__)
 

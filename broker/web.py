@@ -41,9 +41,10 @@ from jinja2 import DictLoader, Environment, StrictUndefined, Template
 from markupsafe import Markup, escape
 
 from broker.errors import QuerySyntaxError
-from broker.metrics import BrokerMetrics, software_version
+from broker.metrics import BrokerMetrics
 from broker.search import Page, Result
 from broker.snippets import END, START
+from harvest_common.software import software_version
 
 if TYPE_CHECKING:
     from broker.app import Broker

@@ -33,11 +33,12 @@ from rich.table import Table
 
 from gatherer.config import GathererConfig, load
 from gatherer.errors import ConfigError, GathererError
-from gatherer.export import compressed, export
+from gatherer.export import export
 from gatherer.metrics import RunStats
 from gatherer.runner import gather, open_database
 from gatherer.service import serve
-from gatherer.soif import encode
+from harvest_common.soif import encode
+from harvest_common.soif.transport import compressed
 
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ from gatherer.config_values import Given, Kind, read
 from gatherer.errors import ConfigError
 from gatherer.essence.options import DEFAULT_STOPLIST
 from gatherer.filters import Filter, load_filter, read_text_file, rule_lines
-from harvest_cache.config import Address, nameserver_list
+from harvest_common.config import Address, nameserver_list
 
 MIB = 1024 * 1024
 NO_FILTER = "/dev/null"  # as a filter file name: no filter at all

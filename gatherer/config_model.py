@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from gatherer.errors import ConfigError
 from gatherer.essence.options import EssenceOptions
 from gatherer.filters import DEFAULT_URL_FILTER, Filter
-from harvest_cache.config import Address
+from harvest_common.config import Address
 
 GATHERER_VERSION = "0.1.0"
 

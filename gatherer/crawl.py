@@ -31,8 +31,8 @@ from gatherer.metrics import RunStats
 from gatherer.records import Identity, Lifetimes, build, member_urls, references
 from gatherer.robots import Robots, RobotsCache, decide
 from gatherer.urls import access_method, host_key, host_port
-from harvest_cache.errors import DNSFailure
-from harvest_cache.upstream.dns import Resolver
+from harvest_common.dns import Resolver
+from harvest_common.errors import DNSFailure
 
 log = logging.getLogger(__name__)
 

@@ -4,11 +4,13 @@
 
     GathererError
     ├── ConfigError        bad configuration; ``problems`` lists each as "file:line: reason"
-    ├── SoifError          malformed SOIF; carries the byte ``offset`` where it went wrong
     ├── FetchError         a document could not be fetched; ``kind`` names why (bounded set)
     ├── UnnestError        an archive or compressed file that breaks a limit or is corrupt
     ├── SummarizeError     a summarizer failed, hung, crashed or ran out of memory
     └── DatabaseError      the gatherer database could not be read or written
+
+Malformed SOIF is the shared codec's ``harvest_common.errors.SoifError`` (the database maps a
+stored record that does not decode to DatabaseError).
 
 Third-party exceptions (aiohttp, aioftp, OSError, zlib/bz2/lzma/tarfile/zipfile, pypdf,
 sqlite3) are mapped to these where the fetchers, unnesting, summarizers and database call
@@ -28,15 +30,6 @@ class ConfigError(GathererError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
         super().__init__("; ".join(problems))
-
-
-class SoifError(GathererError):
-    """Input that is not SOIF; ``offset`` is the byte position of the problem."""
-
-    def __init__(self, offset: int, reason: str) -> None:
-        self.offset = offset
-        self.reason = reason
-        super().__init__(f"byte {offset}: {reason}")
 
 
 class FetchError(GathererError):

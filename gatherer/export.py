@@ -19,13 +19,8 @@ generated attribute's place; its other attributes are appended); alone, it is ex
 
 from __future__ import annotations
 
-import asyncio
-import zlib
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
-from typing import Protocol
-
-import zstandard
 
 from gatherer.database import (
     TIME_TO_LIVE,
@@ -37,9 +32,7 @@ from gatherer.database import (
     load_record,
     seconds_text,
 )
-from gatherer.soif import Record, encode, encode_delete, encode_refresh
-
-ENCODINGS = ("zstd", "gzip", "identity")
+from harvest_common.soif import Record, encode, encode_delete, encode_refresh
 
 _WRAPPERS = {ChangeKind.REFRESH: encode_refresh, ChangeKind.DELETE: encode_delete}
 
@@ -147,35 +140,3 @@ class Export:
 def export(db: GathererDatabase, since: float | None, *, batch: int = 500) -> Export:
     """The records changed after ``since`` (epoch seconds, exclusive), or all for None."""
     return Export(db, since, batch)
-
-
-class _Compressor(Protocol):
-    def compress(self, data: bytes, /) -> bytes: ...
-
-    def flush(self) -> bytes: ...
-
-
-def _compressor(encoding: str) -> _Compressor:
-    if encoding == "gzip":
-        return zlib.compressobj(wbits=31)  # 31: a gzip header and trailer
-    if encoding == "zstd":
-        return zstandard.ZstdCompressor().compressobj()
-    raise ValueError(f"unknown content coding {encoding!r}; expected one of {ENCODINGS}")
-
-
-async def compressed(chunks: AsyncIterable[bytes], encoding: str) -> AsyncGenerator[bytes, None]:
-    """``chunks`` in ``encoding`` (zstd, gzip or identity), chunk by chunk as they come.
-
-    Each chunk is compressed on a worker thread: a batch takes milliseconds of CPU (zlib and
-    zstd release the GIL meanwhile), far too long to hold the event loop.
-    """
-    if encoding == "identity":
-        async for chunk in chunks:
-            yield chunk
-        return
-    compressor = _compressor(encoding)
-    loop = asyncio.get_running_loop()
-    async for chunk in chunks:
-        if out := await loop.run_in_executor(None, compressor.compress, chunk):
-            yield out
-    yield await loop.run_in_executor(None, compressor.flush)

@@ -14,7 +14,7 @@ from gatherer.config import GathererConfig
 from gatherer.database import GathererDatabase
 from gatherer.errors import ConfigError
 from gatherer.essence.manual import ManualRecord, parse_templates
-from gatherer.soif import Record
+from harvest_common.soif import Record
 
 
 def read_templates(directory: Path) -> list[ManualRecord]:

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from gatherer.essence.document import Summary
 from gatherer.fetch.result import Fetched
-from gatherer.soif import Record
+from harvest_common.soif import Record
 
 TEMPLATE = "FILE"
 # Attributes the record builder owns; a summarizer's attribute of the same name is dropped.

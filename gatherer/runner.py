@@ -21,8 +21,7 @@ from gatherer.manual_sync import sync_manual
 from gatherer.metrics import RunStats
 from gatherer.records import Identity, Lifetimes
 from gatherer.roots import expand
-from harvest_cache.config import DNSConfig
-from harvest_cache.upstream.dns import Resolver
+from harvest_common.dns import DNSConfig, Resolver
 
 DATABASE_NAME = "gatherer.db"
 SUMMARIZER = "gatherer.essence.pipeline:summarize"

@@ -20,8 +20,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gatherer import sqlite
 from gatherer.errors import DatabaseError
+from harvest_common import sqlite
 
 VERSION = 1
 

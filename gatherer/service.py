@@ -26,45 +26,19 @@ from aiohttp import web
 
 from gatherer.database import GathererDatabase, after_us, time_text, to_us
 from gatherer.errors import DatabaseError
-from gatherer.export import compressed, export
+from gatherer.export import export
+from harvest_common.soif.transport import SOIF_TYPE, choose_encoding, compressed
 
 log = logging.getLogger(__name__)
 
-SOIF_TYPE = "application/x-soif"
 
 _DATABASE = web.AppKey("database", GathererDatabase)
 _NAME = web.AppKey("name", str)
 
 # Epoch seconds: digits with an optional fraction (no sign, exponent, blanks or "nan").
 _SINCE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
-_QVALUE = re.compile(r"0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?")
 # How long a stopping server lets exports in progress run on before cutting them.
 _SHUTDOWN_TIMEOUT = 5.0
-
-
-def choose_encoding(accept_encoding: str | None) -> str:
-    """The content coding for an export: zstd when the client lists it (q > 0), else gzip
-    when acceptable, else identity. No header at all means any coding will do (RFC 9110
-    §12.5.3), so gzip; a malformed weight counts as 0."""
-    if accept_encoding is None:
-        return "gzip"
-    weights: dict[str, float] = {}
-    for item in accept_encoding.split(","):
-        coding, *params = item.split(";")
-        weight = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                value = value.strip()
-                weight = float(value) if _QVALUE.fullmatch(value) else 0.0
-        if coding := coding.strip().lower():
-            weights[coding] = weight
-    if weights.get("zstd", 0.0) > 0:
-        return "zstd"
-    anything = weights.get("*", 0.0)
-    if max(weights.get("gzip", anything), weights.get("x-gzip", 0.0)) > 0:
-        return "gzip"
-    return "identity"
 
 
 def _since(request: web.Request) -> float | None:

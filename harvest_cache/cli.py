@@ -17,11 +17,12 @@ from typing import Any
 import uvloop
 
 from harvest_cache import __version__, control, heap
-from harvest_cache.config import Config, ConfigError, load, reference
+from harvest_cache.config import Config, load, reference
 from harvest_cache.errors import HarvestCacheError
 from harvest_cache.hierarchy.peers import peer_flag
 from harvest_cache.server.app import CacheServer
 from harvest_cache.workers import Channel, Supervisor, worker_argv
+from harvest_common.errors import ConfigError
 
 log = logging.getLogger("harvest_cache")
 

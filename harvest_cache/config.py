@@ -1,21 +1,19 @@
 """Configuration: frozen dataclasses loaded once from TOML.
 
-Every setting is declared with :func:`setting`, which carries its default, its parser and the
-one-line documentation that ``harvest-cache --config-reference`` prints (docs/configuration.md
-is that output). :func:`load` reports every unknown key and bad value at once.
+Every setting is declared with the configuration kit's ``setting`` (harvest_common.config),
+which carries its default, its parser and the one-line documentation that
+``harvest-cache --config-reference`` prints (docs/configuration.md is that output).
+:func:`load` reports every unknown key and bad value at once.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
-import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from harvest_cache.errors import ConfigError
 from harvest_cache.hierarchy.peers import (
     DEFAULT_ICP_PORT,
     DirectRule,
@@ -23,130 +21,28 @@ from harvest_cache.hierarchy.peers import (
     direct_rules,
     peer_list,
 )
+from harvest_common.config import (
+    Address,
+    IPNetwork,
+    address,
+    boolean,
+    choice,
+    integer,
+    networks,
+    number,
+    optional_path,
+    path,
+    ports,
+    read_sections,
+    read_toml,
+    reference_document,
+    setting,
+    text,
+)
+from harvest_common.dns import DNSConfig
+from harvest_common.errors import ConfigError
 
-Parser = Callable[[Any], Any]
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-class Address(NamedTuple):
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-def setting(default: Any, doc: str, parse: Parser) -> Any:
-    """Declare one setting: its default, how a TOML value is checked, and its documentation."""
-    return field(default=default, metadata={"doc": doc, "parse": parse})
-
-
-# -- parsers: each takes a TOML value and returns the typed value or raises ValueError --------
-
-
-def integer(lo: int, hi: int) -> Parser:
-    def parse(v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"expected an integer, got {v!r}")
-        if not lo <= v <= hi:
-            raise ValueError(f"must be between {lo} and {hi}, got {v}")
-        return v
-
-    return parse
-
-
-def number(lo: float, hi: float) -> Parser:
-    def parse(v: Any) -> float:
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise ValueError(f"expected a number, got {v!r}")
-        if not lo <= v <= hi:
-            raise ValueError(f"must be between {lo} and {hi}, got {v}")
-        return float(v)
-
-    return parse
-
-
-def boolean(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError(f"expected true or false, got {v!r}")
-    return v
-
-
-def text(v: Any) -> str:
-    if not isinstance(v, str) or not v:
-        raise ValueError(f"expected a non-empty string, got {v!r}")
-    return v
-
-
-def choice(*options: str) -> Parser:
-    def parse(v: Any) -> str:
-        if v not in options:
-            raise ValueError(f"must be one of {', '.join(options)}; got {v!r}")
-        return str(v)
-
-    return parse
-
-
-def address(v: Any) -> Address:
-    """``HOST:PORT`` or ``[IPv6]:PORT``."""
-    if not isinstance(v, str):
-        raise ValueError(f"expected 'HOST:PORT', got {v!r}")
-    host, sep, port = v.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected 'HOST:PORT' with a port from 0 to 65535, got {v!r}")
-    return Address(host, int(port))
-
-
-def networks(v: Any) -> tuple[IPNetwork, ...]:
-    if not isinstance(v, list):
-        raise ValueError(f"expected a list of CIDR strings, got {v!r}")
-    out = []
-    for item in v:
-        try:
-            out.append(ipaddress.ip_network(str(item), strict=False))
-        except ValueError:
-            raise ValueError(f"{item!r} is not an IP address or CIDR network") from None
-    return tuple(out)
-
-
-def ports(v: Any) -> tuple[tuple[int, int], ...]:
-    """A list of ports and ``"LOW-HIGH"`` ranges, kept as inclusive (low, high) pairs."""
-    if not isinstance(v, list):
-        raise ValueError(f"expected a list of ports or 'LOW-HIGH' ranges, got {v!r}")
-    out = []
-    for item in v:
-        lo_s, _, hi_s = str(item).partition("-")
-        hi_s = hi_s or lo_s
-        if not (lo_s.isdigit() and hi_s.isdigit()) or isinstance(item, bool | float):
-            raise ValueError(f"{item!r} is not a port or a 'LOW-HIGH' range")
-        lo, hi = int(lo_s), int(hi_s)
-        if not 1 <= lo <= hi <= 65535:
-            raise ValueError(f"{item!r} is outside 1-65535 or reversed")
-        out.append((lo, hi))
-    return tuple(out)
-
-
-def nameserver_list(v: Any) -> tuple[Address, ...]:
-    """Resolver addresses: ``IP``, ``IP:PORT`` or ``[IPv6]:PORT`` (port 53 if not given)."""
-    if not isinstance(v, list):
-        raise ValueError(f"expected a list of resolver addresses, got {v!r}")
-    out = []
-    for item in v:
-        s = str(item)
-        try:
-            out.append(Address(str(ipaddress.ip_address(s)), 53))
-            continue
-        except ValueError:
-            pass
-        try:
-            addr = address(s)
-            ipaddress.ip_address(addr.host)
-        except ValueError:
-            raise ValueError(f"{item!r} is not an IP address with an optional port") from None
-        out.append(addr)
-    return tuple(out)
+# -- parsers of the cache's own values (like the kit's: a TOML value in, the typed value out) --
 
 
 def token(v: Any) -> str:
@@ -204,16 +100,6 @@ def refresh_patterns(v: Any) -> tuple[RefreshPattern, ...]:
             raise ValueError(f"{where}: min_seconds ({low}) exceeds max_seconds ({high})")
         out.append(RefreshPattern(regex, low, percent, high))
     return tuple(out)
-
-
-def path(v: Any) -> Path:
-    return Path(text(v))
-
-
-def optional_path(v: Any) -> Path | None:
-    """A file path, or ``"none"`` to turn the file off."""
-    s = text(v)
-    return None if s == "none" else Path(s)
 
 
 # -- sections ----------------------------------------------------------------------------------
@@ -389,26 +275,6 @@ class UpstreamConfig:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class DNSConfig:
-    nameservers: tuple[Address, ...] = setting(
-        (),
-        "Resolver addresses (`IP` or `IP:PORT`); empty uses the system's (/etc/resolv.conf).",
-        nameserver_list,
-    )
-    hosts_file: Path | None = setting(
-        Path("/etc/hosts"), "Hosts file consulted before DNS; `none` for no file.", optional_path
-    )
-    min_ttl: int = setting(60, "Answers are cached at least this many seconds.", integer(0, 2**31))
-    max_ttl: int = setting(
-        21600, "Answers are cached at most this many seconds.", integer(0, 2**31)
-    )
-    negative_ttl: int = setting(
-        30, "Failed lookups are remembered this many seconds.", integer(0, 86400)
-    )
-    timeout: float = setting(5.0, "Seconds one lookup may take.", number(0.01, 120))
-
-
 def optional_address(v: Any) -> Address | None:
     """``HOST:PORT``, or ``"none"`` for no listener."""
     return None if v == "none" else address(v)
@@ -580,50 +446,6 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     return config
 
 
-def read_sections(
-    raw: Mapping[str, Any], sections: Mapping[str, type[Any]], origin: str
-) -> dict[str, Any]:
-    """Each ``[section]`` of ``raw`` built as its dataclass in ``sections`` (fields declared
-    with ``setting``); every unknown section or key and bad value in one ConfigError. Shared
-    by the other Harvest components' configurations."""
-    problems: list[str] = []
-    built: dict[str, Any] = {}
-    for name, table in raw.items():
-        cls = sections.get(name)
-        if cls is None:
-            problems.append(f"{origin}: unknown section [{name}] (known: {', '.join(sections)})")
-            continue
-        if not isinstance(table, Mapping):
-            problems.append(f"{origin}: [{name}] must be a table")
-            continue
-        values = read_table(table, cls, origin, f"{name}.", problems)
-        if values is not None:
-            built[name] = cls(**values)
-    if problems:
-        raise ConfigError(problems)
-    return built
-
-
-def read_table(
-    table: Mapping[str, Any], cls: type[Any], origin: str, prefix: str, problems: list[str]
-) -> dict[str, Any] | None:
-    """The checked values of ``table`` for ``cls``'s settings; problems are appended (keys
-    named ``prefix`` + key, e.g. ``server.listen``) and None returned if there were any."""
-    known = {f.name: f for f in fields(cls)}
-    values: dict[str, Any] = {}
-    before = len(problems)
-    for key, value in table.items():
-        f = known.get(key)
-        if f is None:
-            problems.append(f"{origin}: unknown key {prefix}{key}")
-            continue
-        try:
-            values[key] = f.metadata["parse"](value)
-        except ValueError as e:
-            problems.append(f"{origin}: {prefix}{key}: {e}")
-    return values if len(problems) == before else None
-
-
 def _check_consistency(config: Config, origin: str, problems: list[str]) -> None:
     if config.dns.min_ttl > config.dns.max_ttl:
         problems.append(f"{origin}: dns.min_ttl ({config.dns.min_ttl}) exceeds dns.max_ttl")
@@ -654,18 +476,6 @@ def load(path: Path | None, overrides: Mapping[str, Mapping[str, Any]] | None = 
     return from_mapping(raw, origin)
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """The TOML file at ``path``; an unreadable or malformed file is a ConfigError."""
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
-    except UnicodeDecodeError:
-        raise ConfigError([f"{path}: not UTF-8 text"]) from None
-
-
 _INTRO = """\
 `harvest-cache --config FILE` reads a TOML file of the sections below; every key is
 optional. An unknown section or key, or a bad value, is reported with its name and the
@@ -683,75 +493,4 @@ def reference() -> str:
     )
 
 
-def reference_document(
-    title: str,
-    intro: Sequence[str],
-    defaults: Any,
-    sections: Iterable[str],
-    arrays: Mapping[str, type[Any]] | None = None,
-) -> str:
-    """A configuration reference in Markdown: ``intro``, then a table per ``[section]`` of
-    ``defaults`` and per ``[[array]]`` of tables. Shared by the Harvest components."""
-    lines = [f"# {title}", "", *intro]
-    for name in sections:
-        lines += ["", f"## [{name}]", "", *reference_table(getattr(defaults, name))]
-    for name, cls in (arrays or {}).items():
-        lines += ["", f"## [[{name}]]", "", *reference_table(cls())]
-    return "\n".join(lines) + "\n"
-
-
-def read_array(
-    tables: Any,
-    cls: type[Any],
-    origin: str,
-    name: str,
-    required: Sequence[str],
-    unique: str,
-    problems: list[str],
-) -> list[Any]:
-    """Each table of the array ``[[name]]`` built as ``cls`` (fields declared with
-    ``setting``). Problems are appended: not an array of tables, a ``required`` key missing,
-    a bad key or value, two tables with the same ``unique`` key."""
-    if not isinstance(tables, list) or not all(isinstance(t, Mapping) for t in tables):
-        problems.append(f"{origin}: {name} must be an array of tables ([[{name}]])")
-        return []
-    out = []
-    for n, table in enumerate(tables):
-        where = f"{name}[{n}]."
-        missing = [key for key in required if key not in table]
-        problems += [f"{origin}: {where}{key}: required" for key in missing]
-        values = read_table(table, cls, origin, where, problems)
-        if values is not None and not missing:
-            out.append(cls(**values))
-    keys = [getattr(item, unique) for item in out]
-    problems += [
-        f"{origin}: {name}: {unique} {key!r} used twice"
-        for key in sorted(set(keys))
-        if keys.count(key) > 1
-    ]
-    return out
-
-
-def reference_table(defaults: Any) -> list[str]:
-    """A Markdown table of a settings dataclass's keys, defaults and documentation."""
-    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
-    for f in fields(defaults):
-        lines.append(f"| `{f.name}` | `{_show(getattr(defaults, f.name))}` | {f.metadata['doc']} |")
-    return lines
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Address):
-        return str(value)
-    if isinstance(value, tuple) and value and isinstance(value[0], tuple):
-        return ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in value)
-    if isinstance(value, tuple):
-        return ", ".join(str(v) for v in value) or "(empty)"
-    if value is None:
-        return "none"
-    return str(value)
-
-
-__all__ = ["Address", "Config", "ConfigError", "from_mapping", "load", "reference"]
+__all__ = ["Config", "from_mapping", "load", "reference"]

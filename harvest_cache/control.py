@@ -13,7 +13,9 @@ import http.client
 import sys
 from pathlib import Path
 
-from harvest_cache.config import Address, ConfigError, load
+from harvest_cache.config import load
+from harvest_common.config import Address
+from harvest_common.errors import ConfigError
 
 _TIMEOUT = 30.0
 

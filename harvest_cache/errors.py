@@ -3,7 +3,6 @@
 ::
 
     HarvestCacheError
-    ├── ConfigError              bad configuration; carries every problem found
     ├── RequestError             a client request we refuse; carries the status to answer
     ├── store.disk.DiskError     a disk-tier operation failed (the store maps it to a miss)
     ├── store.codec.CorruptRecord a stored record could not be decoded
@@ -22,6 +21,10 @@
         └── LocalDestination     403: the origin's address is this host's, and the client
                                  may not reach it (a refusal, not a failure of the hop)
 
+A bad configuration is the configuration kit's ``harvest_common.errors.ConfigError``, which
+carries every problem found: the kit raises it, and so do the cache's own checks (its settings'
+consistency, the access log, the DNS resolver).
+
 Third-party exceptions (OSError, dnspython, httptools, diskcache and SQLite) are mapped to
 these where the upstream, DNS and store modules call them; nothing matches on exception text.
 The store's errors live beside the code that raises them and never reach the proxy.
@@ -32,14 +35,6 @@ from __future__ import annotations
 
 class HarvestCacheError(Exception):
     """Base of every error the cache raises on purpose."""
-
-
-class ConfigError(HarvestCacheError):
-    """The configuration is invalid; ``problems`` lists each bad key with the reason."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(problems))
 
 
 class RequestError(HarvestCacheError):

@@ -29,11 +29,12 @@ from pathlib import Path
 import aiohttp
 import uvloop
 
-from broker import hsr
-from broker.metrics import software_version
-from harvest_cache.stopping import stop_signal
+from harvest_common import hsr_client
+from harvest_common.errors import ReplicatorError
+from harvest_common.software import software_version
+from harvest_common.stopping import stop_signal
 from replicator.config import Config, load, reference
-from replicator.errors import ConfigError, ReplicatorError
+from replicator.errors import ConfigError
 from replicator.node import Node
 
 PROG = "harvest-replicator"
@@ -89,7 +90,9 @@ async def _serve(config: Config) -> int:
         host, port = node.address
         version = f"{PROG} {await asyncio.to_thread(software_version)}"
         advertised = config.replicator.advertise or node.address
-        async with hsr.registered(config.hsr, "replicator", config.member, advertised, version):
+        async with hsr_client.registered(
+            config.hsr, "replicator", config.member, advertised, version
+        ):
             print(f"{PROG}: {config.member} listening on http://{host}:{port}/", flush=True)
             await stop_signal()
             logging.getLogger(__name__).info("stopping")

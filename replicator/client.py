@@ -20,10 +20,11 @@ from urllib.parse import quote
 import aiohttp
 import yarl
 
+from harvest_common.errors import WireError
+from harvest_common.replication.version import Version
+from harvest_common.replication.wire import ChangeList
 from replicator import auth
-from replicator.errors import AuthError, PeerError, WireError
-from replicator.version import Version
-from replicator.wire import ChangeList
+from replicator.errors import AuthError, PeerError
 
 TRANSFER_TYPE: Final = "application/x-harvest-replica"
 

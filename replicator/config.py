@@ -1,9 +1,10 @@
 """The replicator's configuration: frozen dataclasses loaded once from TOML by ``load``.
 
 Sections ``[replicator]`` (this member), ``[timing]``, ``[topology]`` and one ``[[groups]]``
-table per replicated collection. Settings are declared with the cache's ``setting`` and read
-by its section reader, so every unknown key and bad value is reported with its name and the
-reason, all at once; ``reference()`` documents every key (docs/replicator-configuration.md).
+table per replicated collection. Settings are declared with the configuration kit's
+``setting`` (harvest_common.config) and read by its section reader, so every unknown key and
+bad value is reported with its name and the reason, all at once; ``reference()`` documents
+every key (docs/replicator-configuration.md).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.config import HsrSettings, collection_name, source_url
-from harvest_cache.config import (
+from harvest_common.config import (
     Address,
     address,
+    collection_name,
     integer,
     number,
     read_array,
@@ -26,9 +27,11 @@ from harvest_cache.config import (
     read_toml,
     reference_document,
     setting,
+    source_url,
     text,
 )
-from harvest_cache.errors import ConfigError as CacheConfigError
+from harvest_common.errors import ConfigError as KitConfigError
+from harvest_common.hsr_client import HsrSettings
 from replicator.auth import REMEMBERED
 from replicator.errors import ConfigError
 
@@ -217,7 +220,7 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     problems: list[str] = []
     try:
         sections = read_sections(raw, SECTIONS, origin)
-    except CacheConfigError as e:
+    except KitConfigError as e:
         problems += e.problems
         sections = {}
     section = raw.get("replicator")
@@ -250,7 +253,7 @@ def load(path: Path) -> Config:
     starts, or in a thread)."""
     try:
         raw = read_toml(path)
-    except CacheConfigError as e:
+    except KitConfigError as e:
         raise ConfigError(e.problems) from None
     return from_mapping(raw, str(path))
 

@@ -20,7 +20,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from replicator.errors import TopologyError, WireError
+from harvest_common.errors import WireError
+from replicator.errors import TopologyError
 from replicator.topology import (
     Topology,
     TopologyParams,

@@ -1,24 +1,17 @@
-"""The replicator's errors. ReplicatorError is the root; every error the package raises is one."""
+"""The replicator's errors. ReplicatorError (harvest_common.errors: the replication
+protocol's, which the broker's replica API raises and catches too) is the root; every error
+the package raises is one. Malformed replication data is the protocol's WireError, a bad
+anti-entropy exchange its MerkleError.
+"""
 
 from __future__ import annotations
 
-
-class ReplicatorError(Exception):
-    """Base of every replicator error."""
-
-
-class MerkleError(ReplicatorError):
-    """Anti-entropy input is malformed or inconsistent: a bad wire encoding, a remote tree of
-    another shape, an answer that does not match the question, or misuse of a digest."""
+from harvest_common.errors import ReplicatorError
 
 
 class TopologyError(ReplicatorError):
     """Invalid topology parameters or link costs (negative, NaN, infinite), or a malformed
     topology received from another member."""
-
-
-class WireError(ReplicatorError):
-    """Replication data that is malformed, truncated or corrupted."""
 
 
 class MembershipError(ReplicatorError):

@@ -27,19 +27,20 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from harvest_cache.server.tasks import TaskSet
+from harvest_common.errors import MerkleError, ReplicatorError
+from harvest_common.replication.merkle import Comparison, MerkleTree, encode_ask
+from harvest_common.replication.version import Version
+from harvest_common.replication.wire import Change, ChangeList
+from harvest_common.tasks import TaskSet
 from replicator.client import BrokerClient, PeerClient, parse_bucket_entries
 from replicator.config import Config, GroupConfig
 from replicator.coordination import Agreed, Coordination, CostRow
-from replicator.errors import MerkleError, PeerError, ReplicatorError
+from replicator.errors import PeerError
 from replicator.links import Links
 from replicator.membership import Membership, MembershipParams, Message, Send, State
-from replicator.merkle import Comparison, MerkleTree, encode_ask
 from replicator.metrics import ReplicatorMetrics
 from replicator.state import State as SavedState
 from replicator.topology import TopologyParams
-from replicator.version import Version
-from replicator.wire import Change, ChangeList
 
 log = logging.getLogger("replicator")
 

@@ -13,10 +13,10 @@ import time
 
 import aiohttp
 
-from harvest_cache.config import Address
-from harvest_cache.lifecycle import Owned
-from harvest_cache.server.tasks import TaskSet
-from harvest_cache.web_site import listening
+from harvest_common.config import Address
+from harvest_common.lifecycle import Owned
+from harvest_common.tasks import TaskSet
+from harvest_common.web_site import listening
 from replicator.client import BrokerClient, PeerClient
 from replicator.config import Config
 from replicator.group import Group

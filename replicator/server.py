@@ -42,13 +42,14 @@ from typing import TYPE_CHECKING, Any, Final
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from harvest_common.errors import ReplicatorError
+from harvest_common.replication.merkle import decode_ask
+from harvest_common.replication.wire import ChangeList
 from replicator import auth, membership, svg
 from replicator.client import TRANSFER_TYPE
 from replicator.coordination import Agreed, CostRow
-from replicator.errors import AuthError, PeerError, ReplayMemoryFull, ReplicatorError
-from replicator.merkle import decode_ask
+from replicator.errors import AuthError, PeerError, ReplayMemoryFull
 from replicator.metrics import REQUEST_KINDS
-from replicator.wire import ChangeList
 
 if TYPE_CHECKING:
     from replicator.group import Group

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harvest_cache.config import DNSConfig
-from harvest_cache.upstream.dns import Resolver
+from harvest_common.dns import DNSConfig, Resolver
 
 # Set to 1 to run tests outside the namespace (a quick local run of pure tests).
 ANY_NETWORK = "HARVEST_TESTS_ANY_NETWORK"

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from harvest_cache.cli import main, overrides, parser
-from harvest_cache.config import Address, Config, ConfigError, from_mapping, load, reference
+from harvest_cache.config import Config, from_mapping, load, reference
+from harvest_common.config import Address
+from harvest_common.errors import ConfigError
 
 
 def test_defaults_match_the_documented_ones() -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harvest_cache.config import Address, DNSConfig
+from harvest_common.config import Address
+from harvest_common.dns import DNSConfig
 from tests.loopback import (
     ANY_NETWORK,
     SystemResolverUsed,

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from gatherer.errors import ConfigError
-from gatherer.soif.record import (
+from harvest_common.soif.record import (
     MAX_NAME_BYTES,
     MAX_URL_BYTES,
     NAME_CHARS,

@@ -46,9 +46,9 @@ from harvest_cache.hierarchy.icp import (
 from harvest_cache.hierarchy.responder import answer_opcode, hit_until
 from harvest_cache.http.freshness import HeuristicRules
 from harvest_cache.http.target import Target, canonical_url, parse_absolute
-from harvest_cache.server.tasks import TaskSet
 from harvest_cache.stats import IcpStats
 from harvest_cache.store.interface import Found, ObjectStore, StoredObject
+from harvest_common.tasks import TaskSet
 
 log = logging.getLogger("harvest_cache")
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from harvest_cache.config import HierarchyConfig
-from harvest_cache.errors import UpstreamError
 from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.health import PeerHealth
 from harvest_cache.hierarchy.icp import IcpMessage, Opcode, encode, query
@@ -23,6 +22,7 @@ from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.hierarchy.route import Facts, Hop, Policy, Route, Selection
 from harvest_cache.stats import PeerStats
 from harvest_cache.upstream.pool import Resolver
+from harvest_common.errors import DNSFailure
 
 log = logging.getLogger("harvest_cache")
 
@@ -81,7 +81,7 @@ class Neighbours:
                 continue
             try:
                 ip = (await resolver.resolve(peer.host))[0]
-            except (UpstreamError, IndexError):
+            except (DNSFailure, IndexError):
                 log.warning("peer %s: cannot resolve %s; not queried", peer.name, peer.host)
                 self.health[peer.name].connect_failed(self._loop.time())
                 continue

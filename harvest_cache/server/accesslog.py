@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
 
-from harvest_cache.errors import ConfigError
+from harvest_common.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,10 @@ import socket
 import time
 from functools import lru_cache
 
-from harvest_cache.config import AccessConfig, IPNetwork
+from harvest_cache.config import AccessConfig
 from harvest_cache.errors import RequestError
 from harvest_cache.http.target import parse_absolute
+from harvest_common.config import IPNetwork
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 # Seconds an address is remembered as this host's own or not (interfaces come and go).

@@ -29,12 +29,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from harvest_cache import __version__
 from harvest_cache.config import Config
-from harvest_cache.errors import ConfigError, RequestError
+from harvest_cache.errors import RequestError
 from harvest_cache.http.target import parse_absolute
 from harvest_cache.metrics import registries
-from harvest_cache.server.tasks import TaskSet
 from harvest_cache.stats import CacheStats
 from harvest_cache.store.tiered import TieredStore
+from harvest_common.errors import ConfigError
+from harvest_common.tasks import TaskSet
 
 # Seconds between samples of the request counters, and the samples kept (an hour's).
 _SAMPLE_EVERY = 10.0

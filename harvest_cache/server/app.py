@@ -11,7 +11,6 @@ from dataclasses import fields, replace
 from typing import Any
 
 from harvest_cache.config import Config
-from harvest_cache.errors import ConfigError
 from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.hierarchy.neighbours import Neighbours
@@ -23,12 +22,13 @@ from harvest_cache.server.admin import AdminServer
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.proxy import Proxy, heuristic_rules
 from harvest_cache.server.routing import Router, fetch_internal
-from harvest_cache.server.tasks import TaskSet
 from harvest_cache.stats import CacheStats, DnsStats, StoreStats
 from harvest_cache.store.tiered import TieredStore, open_store
 from harvest_cache.traffic import Traffic
-from harvest_cache.upstream.dns import Resolver
 from harvest_cache.upstream.pool import Pool
+from harvest_common.dns import Resolver
+from harvest_common.errors import ConfigError
+from harvest_common.tasks import TaskSet
 
 log = logging.getLogger("harvest_cache")
 

@@ -25,7 +25,7 @@ from harvest_cache.http.headers import Headers
 from harvest_cache.outbox import Outbox
 from harvest_cache.server.head_memo import HeadMemo, ParsedHead
 from harvest_cache.server.request import BodyStream, Request
-from harvest_cache.server.tasks import TaskSet
+from harvest_common.tasks import TaskSet
 
 # Seconds a connection closed after an error keeps draining the client's input.
 _LINGER = 2.0

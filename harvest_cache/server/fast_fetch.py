@@ -63,7 +63,6 @@ from harvest_cache.server.prepared.misses import MissPlan, MissPlans, plan_key, 
 from harvest_cache.server.prepared.revalidations import RefreshPlan, RefreshPlans, plan_refresh
 from harvest_cache.server.reply import bodyless, framing, interim_relay
 from harvest_cache.server.request import Request
-from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import ObjectStore, StoredObject
@@ -71,6 +70,7 @@ from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.client import Exchange
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 from harvest_cache.upstream.pool import Pool
+from harvest_common.tasks import TaskSet
 
 log = logging.getLogger("harvest_cache")
 P = ParamSpec("P")

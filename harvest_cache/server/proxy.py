@@ -71,7 +71,6 @@ from harvest_cache.server.prepared.hits import HotIndex
 from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.routing import Router, request_target
-from harvest_cache.server.tasks import TaskSet
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.server.tunnel import open_tunnel
 from harvest_cache.store.entry import VaryMarker
@@ -79,6 +78,7 @@ from harvest_cache.store.interface import FileBody, ObjectStore, StoredObject
 from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.client import OutgoingRequest
 from harvest_cache.upstream.pool import Pool
+from harvest_common.tasks import TaskSet
 
 log = logging.getLogger("harvest_cache")
 

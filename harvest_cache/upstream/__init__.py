@@ -1,1 +1,2 @@
-"""The way out: origin DNS, pooled keep-alive connections and the HTTP/1.1 client."""
+"""The way out: pooled keep-alive connections (origins resolved by harvest_common.dns) and the
+HTTP/1.1 client."""

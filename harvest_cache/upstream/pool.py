@@ -10,11 +10,18 @@ from functools import partial
 from typing import Protocol, TypeVar
 
 from harvest_cache.config import UpstreamConfig
-from harvest_cache.errors import ConnectRefused, ConnectTimeout, LocalDestination, UpstreamError
+from harvest_cache.errors import (
+    ConnectRefused,
+    ConnectTimeout,
+    DNSFailure,
+    LocalDestination,
+    UpstreamError,
+)
 from harvest_cache.outbox import Outbox
 from harvest_cache.stats import PoolStats
 from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.connection import UpstreamConnection
+from harvest_common import errors as shared
 
 _SWEEP_EVERY = 5.0
 # Hosts whose connect times are remembered (the oldest entry goes first).
@@ -23,6 +30,8 @@ P = TypeVar("P", bound=asyncio.BaseProtocol)
 
 
 class Resolver(Protocol):
+    """The DNS resolver (harvest_common.dns): addresses, or the shared DNSFailure."""
+
     async def resolve(self, host: str) -> list[str]: ...
 
 
@@ -119,7 +128,11 @@ class Pool:
     async def open(self, host: str, port: int, factory: Callable[[str], P], client_ip: str) -> P:
         """A new connection speaking ``factory(ip)``'s protocol, trying each address in turn
         (those the client at ``client_ip`` may be connected to)."""
-        addresses = await self._resolver.resolve(host)
+        try:
+            addresses = await self._resolver.resolve(host)
+        except shared.DNSFailure as unresolved:
+            # The client is answered as for any failed hop: 502, counted as kind "dns".
+            raise DNSFailure(unresolved.cause) from None
         refused = self._refused
         if refused is not None:
             allowed = [ip for ip in addresses if not refused(client_ip, ip)]

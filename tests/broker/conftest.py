@@ -26,8 +26,9 @@ _TANTIVY_BLOCKING: dict[type, tuple[str, ...]] = {
 
 @pytest.fixture(autouse=True)
 def no_blocking_calls() -> Iterator[None]:
-    # Only calls made from the broker's own modules count: the tests may block freely.
-    with blockbuster_ctx("broker") as blockbuster:
+    # Only calls made from the broker's own modules (and the shared ones it runs) count: the
+    # tests may block freely.
+    with blockbuster_ctx(["broker", "harvest_common"]) as blockbuster:
         for owner, names in _TANTIVY_BLOCKING.items():
             for name in names:
                 function = BlockBusterFunction(owner, name, scanned_modules="broker")

@@ -25,7 +25,7 @@ from broker.errors import EngineError
 from broker.oid import oid
 from broker.sync import IndexSync
 from gatherer.database import GathererDatabase
-from gatherer.soif import Delete, Record, decode
+from harvest_common.soif import Delete, Record, decode
 from tests.broker.test_collector import gatherer_service, refused_port, until
 from tests.support import promtool_check
 

@@ -17,7 +17,7 @@ from broker.bulk import delete_marker, plan, render
 from broker.oid import oid
 from broker.query import parse
 from broker.registry import Change
-from gatherer.soif import Delete, Item, Record, decode
+from harvest_common.soif import Delete, Item, Record, decode
 from tests.broker.test_api import (
     IDENTITY,
     get_json,

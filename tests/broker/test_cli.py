@@ -21,10 +21,11 @@ import pytest
 from broker.app import Broker
 from broker.cli import _terminal
 from broker.config import from_mapping
-from broker.hsr import COLLECTION, registered
+from broker.hsr import COLLECTION
 from broker.index import TantivyIndex
 from broker.oid import oid
 from gatherer.database import GathererDatabase
+from harvest_common.hsr_client import registered
 from tests.broker.test_api import TOKEN, get_json, make, put, running, url_of
 from tests.broker.test_collector import gatherer_service, refused_port
 from tests.support import REPO, run_module

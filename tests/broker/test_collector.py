@@ -16,7 +16,7 @@ import pytest
 import zstandard
 from aiohttp import web
 
-from broker.collector import BATCH, STEP, ZSTD_SLICE, Collector, PullResult
+from broker.collector import BATCH, Collector, PullResult
 from broker.config import BrokerSettings, CollectionConfig
 from broker.errors import CollectError
 from broker.oid import oid
@@ -24,8 +24,9 @@ from broker.registry import Pull, Registry, Stored
 from broker.scheduler import Scheduler
 from gatherer.database import GathererDatabase
 from gatherer.service import serve
-from gatherer.soif import Decoder, Item, Record, encode, encode_delete, encode_update
 from harvest_cache.server.app import CacheServer
+from harvest_common.soif import Decoder, Item, Record, encode, encode_delete, encode_update
+from harvest_common.soif.transport import STEP, ZSTD_SLICE
 from tests.support import Origin
 
 NAME = "g1"

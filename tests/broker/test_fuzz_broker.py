@@ -28,8 +28,8 @@ from broker.match import matches
 from broker.oid import oid
 from broker.query import parse
 from broker.snippets import snippets
-from replicator import wire
-from replicator.version import Version
+from harvest_common.replication import wire
+from harvest_common.replication.version import Version
 from tests.broker.test_api import TOKEN, load, make, running, url_of
 from tests.fuzz.strategies import FUZZ, weighted
 

@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 
 from broker.app import Broker
-from broker.hsr import server_record
-from gatherer.soif import Record, encode
+from harvest_common.hsr_client import server_record
+from harvest_common.soif import Record, encode
 from tests.broker.test_api import TOKEN, get_json, load, make, running, url_of
 
 SOIF = {"Content-Type": "application/x-soif"}

@@ -1,5 +1,6 @@
 """broker.hsr: server records registered at a broker acting as the Harvest Server Registry,
-renewed, expired, searched and replicated; the registration client and renewal loop."""
+renewed, expired, searched and replicated; the registration client and renewal loop
+(harvest_common.hsr_client)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,11 @@ import aiohttp
 import pytest
 
 from broker.app import Broker
-from broker.hsr import (
-    COLLECTION,
-    DEFAULT_TTL,
-    HsrClientError,
-    RegistrationError,
-    register,
-    registering,
-    server_record,
-    validate,
-)
+from broker.hsr import COLLECTION, DEFAULT_TTL, RegistrationError, validate
 from broker.oid import oid
-from gatherer.soif import Delete, Record, decode, encode
+from harvest_common.errors import HsrClientError
+from harvest_common.hsr_client import register, registering, server_record
+from harvest_common.soif import Delete, Record, decode, encode
 from tests.broker.test_api import TOKEN, get_json, running, url_of
 from tests.broker.test_bulk import bulk
 from tests.broker.test_collector import refused_port, until

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from broker.oid import gatherer_identity, oid
-from gatherer.soif import Record
+from harvest_common.soif import Record
 
 
 def record(*attributes: tuple[str, bytes]) -> Record:

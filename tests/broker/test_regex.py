@@ -14,12 +14,12 @@ import aiohttp
 import pytest
 
 from broker.errors import QuerySyntaxError
-from broker.hsr import server_record
 from broker.match import matches
 from broker.query import parse
 from broker.search import CHECK_SECONDS, Searcher
 from broker.snippets import snippets
-from gatherer.soif import encode
+from harvest_common.hsr_client import server_record
+from harvest_common.soif import encode
 from tests.broker.test_api import get_json, load, make, running, url_of
 
 # The pattern of the attack report: 9.9 s with Python's backtracking ``re`` against

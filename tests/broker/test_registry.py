@@ -16,7 +16,7 @@ import pytest
 from broker.errors import StorageError
 from broker.oid import oid
 from broker.registry import DAY, Applied, Change, Registry, Stored
-from gatherer.soif import Delete, Item, Record, Refresh, Update
+from harvest_common.soif import Delete, Item, Record, Refresh, Update
 
 NOW = 1_000_000.0
 DEFAULT_TTL = 500.0
@@ -482,7 +482,7 @@ CRASHING_PULL = """
 import asyncio, sys
 from pathlib import Path
 from broker.registry import Registry
-from gatherer.soif import Record, Delete
+from harvest_common.soif import Record, Delete
 
 async def main():
     registry = await Registry.open(Path(sys.argv[1]))

@@ -22,12 +22,17 @@ import pytest
 from broker.app import Broker
 from broker.errors import ReplicaError
 from broker.registry import Registry, ReplicaApplied
-from gatherer.soif import Delete, Refresh, encode
-from replicator import wire
-from replicator.errors import WireError
-from replicator.merkle import BUCKET_BITS_DEFAULT, MerkleTree, bucket_of, differing_buckets
-from replicator.version import STEP, Version
-from replicator.wire import ChangeList, Entry
+from harvest_common.errors import WireError
+from harvest_common.replication import wire
+from harvest_common.replication.merkle import (
+    BUCKET_BITS_DEFAULT,
+    MerkleTree,
+    bucket_of,
+    differing_buckets,
+)
+from harvest_common.replication.version import STEP, Version
+from harvest_common.replication.wire import ChangeList, Entry
+from harvest_common.soif import Delete, Refresh, encode
 from tests.broker.test_api import IDENTITY, TOKEN, load, make, running, url_of
 from tests.broker.test_registry import DEFAULT_TTL, NOW, G, gid, pull, rec, table_counts, wrapper
 

@@ -16,9 +16,10 @@ from tests.fuzz.origin import FuzzOrigin
 
 @pytest.fixture
 def no_blocking_calls() -> Iterator[None]:
-    """As tests/integration's autouse fixture: fail a blocking call made by harvest_cache on
-    the event loop. (Not autouse here: the pure fuzz tests run no loop.)"""
-    with blockbuster_ctx("harvest_cache"):
+    """As tests/integration's autouse fixture: fail a blocking call made by harvest_cache (or
+    the shared modules it runs) on the event loop. (Not autouse here: the pure fuzz tests run
+    no loop.)"""
+    with blockbuster_ctx(["harvest_cache", "harvest_common"]):
         yield
 
 

@@ -10,6 +10,7 @@ from blockbuster import blockbuster_ctx
 
 @pytest.fixture(autouse=True)
 def no_blocking_calls() -> Iterator[None]:
-    # Only calls made from the gatherer's own modules count: the tests may block freely.
-    with blockbuster_ctx("gatherer"):
+    # Only calls made from the gatherer's own modules (and the shared ones it runs) count: the
+    # tests may block freely.
+    with blockbuster_ctx(["gatherer", "harvest_common"]):
         yield

@@ -28,7 +28,7 @@ from gatherer.config import load
 from gatherer.errors import ConfigError
 from gatherer.metrics import RunStats
 from gatherer.runner import open_database
-from gatherer.soif import Record, decode, encode
+from harvest_common.soif import Record, decode, encode
 from tests.gatherer.site import Site, page
 from tests.support import free_port
 

@@ -20,7 +20,7 @@ from gatherer.config_build import HEADERS, MIB
 from gatherer.errors import ConfigError
 from gatherer.essence.options import DEFAULT_STOPLIST, EssenceOptions
 from gatherer.filters import DEFAULT_URL_FILTER, load_filter
-from harvest_cache.config import Address
+from harvest_common.config import Address
 
 MY_FILTER = "Deny  /gatherers/\nAllow .\n"
 DOCS = Path(__file__).parents[2] / "docs" / "gatherer-configuration.md"

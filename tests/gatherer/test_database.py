@@ -10,7 +10,7 @@ import pytest
 
 from gatherer.database import DAY, GathererDatabase, Stored
 from gatherer.errors import DatabaseError
-from gatherer.soif import Record
+from harvest_common.soif import Record
 
 TTL = 1000.0
 RATE = 100.0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -13,12 +12,12 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-import zstandard
 
 from gatherer.database import GathererDatabase
-from gatherer.export import compressed, export, merged
-from gatherer.service import choose_encoding, serve
-from gatherer.soif import Delete, Item, Record, Refresh, decode
+from gatherer.export import export, merged
+from gatherer.service import serve
+from harvest_common.soif import Delete, Item, Record, Refresh, decode
+from tests.common.test_soif_transport import decompress
 
 TTL = 1000.0
 RATE = 100.0
@@ -418,62 +417,7 @@ async def test_a_large_export_streams_in_bounded_batches(big_db: GathererDatabas
     assert (count, chunks) == (BIG, BIG // 500)
 
 
-# --- compression ------------------------------------------------------------------------
-
-
-async def chunks_of(*parts: bytes) -> AsyncIterator[bytes]:
-    for part in parts:
-        yield part
-
-
-@pytest.mark.parametrize("encoding", ["gzip", "zstd", "identity"])
-async def test_compressed_round_trips(encoding: str) -> None:
-    parts = [b"@FILE { http://a/\nTitle{3}:\tabc\n}\n" * 1000, b"", b"tail" * 50000]
-
-    out = [chunk async for chunk in compressed(chunks_of(*parts), encoding)]
-
-    assert len(out) >= 2  # compressed as it comes, not all at the end
-    assert decompress(b"".join(out), encoding) == b"".join(parts)
-
-
-async def test_an_unknown_coding_is_refused() -> None:
-    with pytest.raises(ValueError, match="br"):
-        await anext(compressed(chunks_of(b"x"), "br"))
-
-
-def decompress(data: bytes, encoding: str) -> bytes:
-    if encoding == "gzip":
-        return gzip.decompress(data)
-    if encoding == "zstd":
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    return data
-
-
 # --- the service ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("accept", "chosen"),
-    [
-        (None, "gzip"),
-        ("", "identity"),
-        ("gzip, deflate", "gzip"),
-        ("gzip, zstd", "zstd"),
-        ("ZSTD;q=0.5, gzip;q=1", "zstd"),
-        ("zstd;q=0, gzip", "gzip"),
-        ("zstd;q=0", "identity"),
-        ("identity", "identity"),
-        ("*", "gzip"),
-        ("*;q=0, identity", "identity"),
-        ("gzip;q=0, *", "identity"),
-        ("x-gzip", "gzip"),
-        ("br", "identity"),
-        ("zstd;q=banana, gzip", "gzip"),
-        ("gzip ; q=0.001", "gzip"),
-    ],
-)
-def test_choose_encoding(accept: str | None, chosen: str) -> None:
-    assert choose_encoding(accept) == chosen
 
 
 @pytest.fixture

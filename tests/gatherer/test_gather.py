@@ -16,8 +16,8 @@ from gatherer.config import GathererConfig, load
 from gatherer.export import export
 from gatherer.metrics import RunStats
 from gatherer.runner import gather, open_database
-from gatherer.soif import Delete, Record, Refresh, decode
 from harvest_cache.server.app import CacheServer
+from harvest_common.soif import Delete, Record, Refresh, decode
 from tests.gatherer.site import Site, page, standard_site
 
 MakeCache = Callable[..., Awaitable[CacheServer]]

@@ -17,7 +17,7 @@ from warcio.archiveiterator import ArchiveIterator
 from gatherer.config import GathererConfig
 from gatherer.export import export
 from gatherer.runner import gather, open_database
-from gatherer.soif import Delete, Record, Refresh
+from harvest_common.soif import Delete, Record, Refresh
 from tests.gatherer.site import Site, page, standard_site, tar_gz
 from tests.gatherer.test_gather import exported, records, write_config
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gatherer.runner import gather
-from gatherer.soif import Record
+from harvest_common.soif import Record
 from tests.gatherer.servers import Ftp, GopherServer, ftp_server
 from tests.gatherer.site import Site, page, tar_gz
 from tests.gatherer.test_gather import records, write_config

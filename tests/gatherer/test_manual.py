@@ -6,7 +6,7 @@ import pytest
 
 from gatherer.errors import ConfigError
 from gatherer.essence.manual import ManualRecord, merge, parse_templates
-from gatherer.soif import Record
+from harvest_common.soif import Record
 
 EXAMPLE = """\
 Template-Type: DOCUMENT

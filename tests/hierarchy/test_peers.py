@@ -9,7 +9,6 @@ import pytest
 
 from harvest_cache.cli import main
 from harvest_cache.config import from_mapping
-from harvest_cache.errors import ConfigError
 from harvest_cache.hierarchy.peers import (
     OPTIONS,
     DirectRule,
@@ -20,6 +19,7 @@ from harvest_cache.hierarchy.peers import (
     peer_flag,
     peer_list,
 )
+from harvest_common.errors import ConfigError
 
 
 def one(**table: Any) -> Peer:

@@ -10,8 +10,9 @@ from blockbuster import blockbuster_ctx
 
 @pytest.fixture(autouse=True)
 def no_blocking_calls() -> Iterator[None]:
-    # Only calls made from harvest_cache's own modules count: the tests may block freely.
-    with blockbuster_ctx("harvest_cache") as bb:
+    # Only calls made from harvest_cache's own modules (and the shared ones it runs) count:
+    # the tests may block freely.
+    with blockbuster_ctx(["harvest_cache", "harvest_common"]) as bb:
         # Page copies of hot bodies live in memory files: writing one and sendfile from one
         # to a non-blocking socket never wait on a device.
         bb.functions["os.write"].can_block_in("harvest_cache/server/pages.py", "copy")

@@ -19,8 +19,8 @@ from typing import Any
 
 import aiohttp
 
-from broker.hsr import server_record
-from gatherer.soif import encode
+from harvest_common.hsr_client import server_record
+from harvest_common.soif import encode
 from tests.replicator.relay import Relay
 
 TOKEN = "broker-admin-token"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from harvest_common.errors import ReplicatorError
 from replicator import auth
 from replicator.auth import (
     MEMBER,
@@ -19,7 +20,7 @@ from replicator.auth import (
     sign_answer,
     sign_request,
 )
-from replicator.errors import AuthError, ReplayError, ReplayMemoryFull, ReplicatorError
+from replicator.errors import AuthError, ReplayError, ReplayMemoryFull
 
 SECRET = b"a shared secret of the group"
 NOW = 1_700_000_000.0

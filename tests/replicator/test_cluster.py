@@ -19,8 +19,8 @@ from urllib.parse import parse_qs
 import pytest
 import pytest_asyncio
 
+from harvest_common.replication.wire import ChangeList
 from replicator import auth
-from replicator.wire import ChangeList
 from tests.replicator.cluster import GROUP, SECRET, Cluster, until
 from tests.support import promtool_check
 

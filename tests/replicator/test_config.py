@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from harvest_cache.config import Address
+from harvest_common.config import Address
+from harvest_common.errors import ReplicatorError
 from replicator.config import (
     MIN_SECRET,
     SECTIONS,
@@ -20,7 +21,7 @@ from replicator.config import (
     load,
     reference,
 )
-from replicator.errors import ConfigError, ReplicatorError
+from replicator.errors import ConfigError
 
 SECRET = "s" * MIN_SECRET
 

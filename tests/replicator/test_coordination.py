@@ -10,8 +10,8 @@ from collections.abc import Iterable
 
 import pytest
 
+from harvest_common.errors import ReplicatorError, WireError
 from replicator.coordination import NOISE, Agreed, Coordination, CostRow
-from replicator.errors import ReplicatorError, WireError
 from replicator.topology import Topology, TopologyParams, compute
 
 PARAMS = TopologyParams(iterations=200)

@@ -21,11 +21,12 @@ import yarl
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from replicator import auth, membership, wire
+from harvest_common.errors import ReplicatorError
+from harvest_common.replication import wire
+from harvest_common.replication.merkle import MerkleTree, decode_ask, encode_ask
+from harvest_common.replication.version import Version
+from replicator import auth, membership
 from replicator.coordination import Agreed, CostRow
-from replicator.errors import ReplicatorError
-from replicator.merkle import MerkleTree, decode_ask, encode_ask
-from replicator.version import Version
 from tests.fuzz.strategies import FUZZ, weighted
 from tests.replicator.test_server import GROUP, SECRET, Member, start_member
 

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.errors import MembershipError, ReplicatorError
+from harvest_common.errors import ReplicatorError
+from replicator.errors import MembershipError
 from replicator.membership import (
     Ack,
     Event,

@@ -19,12 +19,12 @@ import yarl
 from aiohttp import web
 
 from broker.app import Broker
+from harvest_common.replication.wire import ChangeList
 from replicator import auth
 from replicator.client import PeerClient
 from replicator.config import from_mapping
 from replicator.errors import PeerError
 from replicator.node import Node
-from replicator.wire import ChangeList
 from tests.broker.test_api import running, url_of
 
 TOKEN = "broker-admin-token"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from replicator.errors import ReplicatorError, StateError
+from harvest_common.errors import ReplicatorError
+from replicator.errors import StateError
 from replicator.state import FILE, State
 
 

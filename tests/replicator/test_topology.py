@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.errors import ReplicatorError, TopologyError
+from harvest_common.errors import ReplicatorError
+from replicator.errors import TopologyError
 from replicator.topology import (
     Topology,
     TopologyParams,

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harvest_cache.errors import ConfigError
 from harvest_cache.server.accesslog import (
     AccessLog,
     Hierarchy,
@@ -26,6 +25,7 @@ from harvest_cache.server.accesslog import (
     line_rest,
     time_field,
 )
+from harvest_common.errors import ConfigError
 
 BASE: dict[str, Any] = {
     "now": 1732950000.123,

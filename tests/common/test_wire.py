@@ -1,6 +1,6 @@
-"""replicator.wire: transfers (framed entries with a SHA-256 trailer, compressed with zstd)
-round trip, and anything cut short, corrupted, malformed or too large is refused whole;
-change lists round trip through JSON and refuse malformed input."""
+"""harvest_common.replication.wire: transfers (framed entries with a SHA-256 trailer,
+compressed with zstd) round trip, and anything cut short, corrupted, malformed or too large is
+refused whole; change lists round trip through JSON and refuse malformed input."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator import wire
-from replicator.errors import ReplicatorError, WireError
-from replicator.version import Version
-from replicator.wire import Change, ChangeList, Entry
+from harvest_common.errors import ReplicatorError, WireError
+from harvest_common.replication import wire
+from harvest_common.replication.version import Version
+from harvest_common.replication.wire import Change, ChangeList, Entry
 
 FAST = settings(max_examples=60, deadline=None)
 

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from replicator.errors import MerkleError
+from harvest_common.errors import MerkleError
 
 BUCKET_BITS_DEFAULT = 12  # 4096 leaf buckets
 FANOUT = 16  # children per inner node

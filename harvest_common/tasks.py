@@ -7,7 +7,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-log = logging.getLogger("harvest_cache")
+log = logging.getLogger(__name__)
 
 
 class TaskSet:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gatherer.errors import SoifError
-from gatherer.soif import (
+from harvest_common.errors import SoifError
+from harvest_common.soif import (
     Decoder,
     Delete,
     Item,
@@ -23,8 +23,8 @@ from gatherer.soif import (
     encode_refresh,
     encode_update,
 )
-from gatherer.soif.record import MAX_NAME_BYTES, MAX_URL_BYTES, WRAPPER_TEMPLATES
-from gatherer.soif.stream import WRAPPERS, Wrapper
+from harvest_common.soif.record import MAX_NAME_BYTES, MAX_URL_BYTES, WRAPPER_TEMPLATES
+from harvest_common.soif.stream import WRAPPERS, Wrapper
 
 EXAMPLE = Record(
     "FILE",

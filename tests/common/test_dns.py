@@ -11,19 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from harvest_cache.config import Address, DNSConfig
-from harvest_cache.errors import DNSFailure
-from harvest_cache.upstream.dns import (
+from harvest_common.config import Address
+from harvest_common.dns import (
     NO_ADDRESS,
     NO_SUCH_DOMAIN,
     RESOLVER_ERROR,
     TIMEOUT,
+    DNSConfig,
     Records,
     Resolver,
     ip_literal,
     merge,
     parse_hosts,
 )
+from harvest_common.errors import DNSFailure
 from tests.dns_server import ScriptedDNS, Zone, scripted_dns
 
 ZONE: Zone = {

@@ -1,5 +1,6 @@
-"""replicator.merkle: the bucket function and hashes (pinned, since they are protocol between
-members), incremental digests, tree shape, the comparison state machine and its wire encoding."""
+"""harvest_common.replication.merkle: the bucket function and hashes (pinned, since they are
+protocol between members), incremental digests, tree shape, the comparison state machine and
+its wire encoding."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.errors import MerkleError, ReplicatorError
-from replicator.merkle import (
+from harvest_common.errors import MerkleError, ReplicatorError
+from harvest_common.replication.merkle import (
     BUCKET_BITS_DEFAULT,
     FANOUT,
     BucketDigests,

@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterable
 from enum import Enum, auto
 
-from gatherer.errors import SoifError
-from gatherer.soif.record import (
+from harvest_common.errors import SoifError
+from harvest_common.soif.record import (
     MAX_NAME_BYTES,
     MAX_URL_BYTES,
     NAME_CHARS,
@@ -28,7 +28,7 @@ from gatherer.soif.record import (
     Record,
     find_url_space,
 )
-from gatherer.soif.stream import WRAPPERS, Delete, Item, Refresh, Update, Wrapper
+from harvest_common.soif.stream import WRAPPERS, Delete, Item, Refresh, Update, Wrapper
 
 
 def encode(record: Record) -> bytes:

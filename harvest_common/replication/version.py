@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
-from replicator.errors import WireError
+from harvest_common.errors import WireError
 
 # How far above the stamp it replaces a member stamps a change (so that it orders after it).
 STEP: Final = 0.001

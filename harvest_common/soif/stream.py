@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
 
-from gatherer.soif.record import Record
+from harvest_common.soif.record import Record
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from typing import Any, Final
 
 import zstandard
 
-from replicator.errors import WireError
-from replicator.version import Version
+from harvest_common.errors import WireError
+from harvest_common.replication.version import Version
 
 MAGIC: Final = b"HRV1\n"
 # A transfer may not unpack to more than this (a zstd bomb is refused, not allocated).

@@ -1,5 +1,6 @@
-"""replicator.version: the total order of versions (stamp, then origin, then a removal wins a
-tie), its canonical byte form, and its JSON form, refused whole when malformed."""
+"""harvest_common.replication.version: the total order of versions (stamp, then origin, then a
+removal wins a tie), its canonical byte form, and its JSON form, refused whole when
+malformed."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.errors import ReplicatorError, WireError
-from replicator.version import STEP, Version
+from harvest_common.errors import ReplicatorError, WireError
+from harvest_common.replication.version import STEP, Version
 
 FAST = settings(max_examples=200, deadline=None)
 

@@ -1,8 +1,10 @@
-"""The cache's own DNS resolver: hosts file, then dnspython, with positive and negative caching.
+"""The DNS resolver of the cache and the gatherer: hosts file, then dnspython, with positive and
+negative caching; its settings are the ``DNSConfig`` section.
 
-The proxy resolves an origin's name on every miss, so answers are kept for their TTL (clamped
-to ``[min_ttl, max_ttl]``) and failures for ``negative_ttl``, and concurrent lookups of one name
-share one query. ``resolve`` returns IPv4 addresses before IPv6 ones.
+The proxy resolves an origin's name on every miss (the gatherer each host it crawls), so
+answers are kept for their TTL (clamped to ``[min_ttl, max_ttl]``) and failures for
+``negative_ttl``, and concurrent lookups of one name share one query. ``resolve`` returns IPv4
+addresses before IPv6 ones; a name that does not resolve raises DNSFailure with a short cause.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import ipaddress
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,10 +25,31 @@ import dns.rdatatype
 import dns.resolver
 from aiocache import SimpleMemoryCache
 
-from harvest_cache.config import DNSConfig
-from harvest_cache.errors import ConfigError, DNSFailure
+from harvest_common.config import Address, integer, nameserver_list, number, optional_path, setting
+from harvest_common.errors import ConfigError, DNSFailure
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DNSConfig:
+    nameservers: tuple[Address, ...] = setting(
+        (),
+        "Resolver addresses (`IP` or `IP:PORT`); empty uses the system's (/etc/resolv.conf).",
+        nameserver_list,
+    )
+    hosts_file: Path | None = setting(
+        Path("/etc/hosts"), "Hosts file consulted before DNS; `none` for no file.", optional_path
+    )
+    min_ttl: int = setting(60, "Answers are cached at least this many seconds.", integer(0, 2**31))
+    max_ttl: int = setting(
+        21600, "Answers are cached at most this many seconds.", integer(0, 2**31)
+    )
+    negative_ttl: int = setting(
+        30, "Failed lookups are remembered this many seconds.", integer(0, 86400)
+    )
+    timeout: float = setting(5.0, "Seconds one lookup may take.", number(0.01, 120))
+
 
 # The causes DNSFailure carries.
 NO_SUCH_DOMAIN = "no such domain"
@@ -235,4 +259,4 @@ class Resolver:
         return Records(addresses, answer.chaining_result.minimum_ttl)
 
 
-__all__ = ["Records", "Resolver", "ip_literal", "merge", "name_key", "parse_hosts"]
+__all__ = ["DNSConfig", "Records", "Resolver", "ip_literal", "merge", "name_key", "parse_hosts"]
