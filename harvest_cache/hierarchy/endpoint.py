@@ -98,8 +98,8 @@ class IcpEndpoint:
         origin_rtt: Callable[[str], float | None] = lambda host: None,
     ) -> None:
         self._store = store
-        self._peek = store.peek_memory
-        self._has_disk = store.has_disk
+        self._peek = store.memory_view.peek
+        self._has_disk = store.memory_view.has_disk
         self._on_reply = on_reply
         self._origin_rtt = origin_rtt
         self._heuristics = heuristics
@@ -305,8 +305,8 @@ class IcpEndpoint:
         except RequestError:
             self._send(message, addr, Opcode.ERR)
             return
-        found = self._store.peek_memory(target.url)
-        if found is None and self._store.has_disk and self._pending < MAX_PENDING:
+        found = self._peek(target.url)
+        if found is None and self._has_disk and self._pending < MAX_PENDING:
             self._pending += 1
             self._tasks.spawn(self._answer_from_disk(message, addr, target), f"icp {target.url}")
             return

@@ -65,7 +65,7 @@ from harvest_cache.server.reply import bodyless, framing, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.store.entry import VaryMarker
-from harvest_cache.store.interface import ObjectStore, StoredObject
+from harvest_cache.store.interface import MemoryView, StoredObject
 from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.client import Exchange
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
@@ -103,7 +103,7 @@ class FastPath:
         self,
         config: Config,
         name: str,
-        store: ObjectStore,
+        memory: MemoryView,
         pool: Pool,
         fetcher: Fetcher,
         access_log: AccessLog,
@@ -113,7 +113,7 @@ class FastPath:
     ) -> None:
         self.config = config
         self.name = name
-        self.store = store
+        self.memory = memory
         self.pool = pool
         self.fetcher = fetcher
         self.log = access_log
@@ -145,7 +145,7 @@ class FastPath:
         if self.fetcher.flying(key):
             return False  # joining that fetch is the general path's work
         # (peeked: the refresh makes it the most recently used)
-        held = self.store.peek_memory(key)
+        held = self.memory.peek(key)
         if not plan.applies(held, conn.client_ip, fields, time.time()):
             return False
         upstream = self.pool.take_idle(plan.target.host, plan.target.port, conn.client_ip)
@@ -169,7 +169,7 @@ class FastPath:
         if rest is None:
             return False
         url = target.decode("latin-1")
-        if self.fetcher.flying(url) or self.store.get_memory(url) is not None:
+        if self.fetcher.flying(url) or self.memory.get(url) is not None:
             return False  # joining a fetch, or a stored object: the general ways
         upstream = self.pool.take_idle(plan.host, plan.port, conn.client_ip)
         if upstream is None:
@@ -183,9 +183,9 @@ class FastPath:
         key = target.url
         if self.fetcher.flying(key):
             return False
-        found = self.store.get_memory(key)
+        found = self.memory.get(key)
         if found is None:
-            if self.store.has_disk:
+            if self.memory.has_disk:
                 return False  # it may be on disk: looking is I/O
             held = Held(None)
         elif isinstance(found, VaryMarker) or not isinstance(found.body, bytes):
@@ -484,10 +484,10 @@ class FastFetch:
         plan, path = cast(RefreshPlan, self._plan), self._path
         key, stored = plan.target.url, plan.obj
         fresh, received_age = plan.refreshed(stored.head, date, self._request_time, response_time)
-        write = path.store.refresh_head(key, fresh)
+        write = path.memory.refresh_head(key, fresh)
         if write is not None:
             path.tasks.spawn(write, f"store head {key}")
-        held = path.store.peek_memory(key)  # (refresh_head made it the most recently used)
+        held = path.memory.peek(key)  # (refresh_head made it the most recently used)
         if isinstance(held, StoredObject):
             plan.obj = held
         else:
@@ -599,7 +599,7 @@ class FastFetch:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         path, url = self._path, self._url
         stored = plan.stored_head(url, head.raw, self._request_time, self._response_time, len(body))
-        path.store.put_now(url, stored, body)
+        path.memory.put(url, stored, body)
         flight = self._flight
         if flight is not None:
             flight.finish()
@@ -722,8 +722,8 @@ class FastFetch:
         response = respond(req.headers, stored_head, head.status, headers, times)
         decision: StoreDecision | None
         match response:
-            case Store(decision=decision) if not path.store.has_disk:
-                keep = length <= path.store.max_object
+            case Store(decision=decision) if not path.memory.has_disk:
+                keep = length <= path.memory.max_object
             case DontStore() if stored is None:
                 decision, keep = None, False
             case _:
@@ -809,7 +809,7 @@ class FastFetch:
         stored = head_to_store(
             url, head.status, head.reason, headers, decision, times, "", len(body)
         )
-        self._path.store.put_now(url, stored, body)
+        self._path.memory.put(url, stored, body)
 
     def _refreshed(
         self, stored: StoredObject, head: ResponseHead, headers: Headers, fresh: StoredHead
@@ -818,7 +818,7 @@ class FastFetch:
         path, key, tx, flight = self._path, self._url, self._tx, self._flight
         assert tx is not None
         assert flight is not None
-        write = path.store.refresh_head(key, fresh)
+        write = path.memory.refresh_head(key, fresh)
         if write is not None:
             path.tasks.spawn(write, f"store head {key}")
         flight.publish_head(
@@ -848,7 +848,7 @@ class FastFetch:
         path, target, req = self._path, self._target, self._req
         assert target is not None
         assert req is not None
-        obj = path.store.get_memory(target.url)
+        obj = path.memory.get(target.url)
         raw_target = req.target.encode("latin-1")
         plan = None
         if isinstance(obj, StoredObject) and req.version == "1.1" and req.keep_alive:
@@ -910,7 +910,7 @@ class FastFetch:
             replaced=_SET_ON_FETCHED,
             content_type=tx.content_type,
             queries=path.config.cache.cache_query_urls,
-            max_length=min(SMALL_BODY, path.store.max_object),
+            max_length=min(SMALL_BODY, path.memory.max_object),
         )
         path.miss_plans.keep(key, plan)
 

@@ -521,7 +521,7 @@ class Fetcher:
         if response_etag(not_modified) is None:
             return None
         for variant, _ in alternatives:
-            found = self._store.get_memory(variant) or await self._store.get(variant)
+            found = self._store.memory_view.get(variant) or await self._store.get(variant)
             if not isinstance(found, StoredObject):
                 continue
             if not isinstance(found.body, bytes):
@@ -532,7 +532,7 @@ class Fetcher:
 
     async def _marker(self, url: str, names: tuple[str, ...]) -> VaryMarker:
         """The URL's Vary marker, replaced when the response varies on other fields."""
-        found = self._store.get_memory(url) or await self._store.get(url)
+        found = self._store.memory_view.get(url) or await self._store.get(url)
         if isinstance(found, VaryMarker) and found.names == names:
             return found
         if isinstance(found, StoredObject) and not isinstance(found.body, bytes):

@@ -143,6 +143,7 @@ class Proxy:
         self._config = config
         self.name = name
         self._store = store
+        self._memory = store.memory_view
         self._pool = pool
         self._log = access_log
         self.access = Access(config.access)
@@ -156,10 +157,18 @@ class Proxy:
         self._refreshing: set[str] = set()  # keys revalidated in the background
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
-        self._hot = HotIndex(store, name, config.server.cache_status_key, self._pages)
+        self._hot = HotIndex(store.memory_view, name, config.server.cache_status_key, self._pages)
         self.heads = HeadMemo(config.server.max_request_line)
         self.fast = FastPath(
-            config, name, store, pool, self._fetcher, access_log, traffic, self.heuristics, tasks
+            config,
+            name,
+            store.memory_view,
+            pool,
+            self._fetcher,
+            access_log,
+            traffic,
+            self.heuristics,
+            tasks,
         )
 
     @property
@@ -464,7 +473,7 @@ class Proxy:
     # -- GET and HEAD through the cache --------------------------------------------------------
 
     async def _lookup(self, key: str) -> StoredObject | VaryMarker | None:
-        found = self._store.get_memory(key)
+        found = self._memory.get(key)
         return found if found is not None else await self._store.get(key)
 
     async def _cached(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, NamedTuple, Protocol
 
@@ -53,19 +53,35 @@ class ObjectWriter(Protocol):
         """Drop what was written; the key keeps whatever it held before."""
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryView:
+    """The store as the fast paths see it: its memory tier, with no I/O and nothing awaited
+    (each operation a callable bound once, so using one costs no frame of the view's)."""
+
+    # The memory tier's object or marker under a key (a use of it: eviction order moves).
+    get: Callable[[str], Found | None]
+    # As ``get``, but not a use: for asking whether it is held.
+    peek: Callable[[str], Found | None]
+    # Store a whole body at once if that needs no disk write; False (nothing done) if it
+    # does, and a writer (``ObjectStore.open_writer``) must be used.
+    put: Callable[[str, StoredHead, bytes], bool]
+    # ``ObjectStore.update_head`` with the memory tier changed at once; returns the disk
+    # write still to run (None without a disk tier).
+    refresh_head: Callable[[str, StoredHead], Coroutine[Any, Any, None] | None]
+    has_disk: bool  # a memory miss is not yet a miss
+    max_object: int  # the largest body stored, in bytes (-1: none)
+
+
 class ObjectStore(Protocol):
-    max_object: int  # the largest body it stores, in bytes (-1: none)
+    """The store as the drivers see it: the operations that may wait on the disk tier, and
+    the memory view for what must not."""
 
     @property
-    def has_disk(self) -> bool:
-        """Whether there is a disk tier (so a memory miss is not yet a miss)."""
+    def memory_view(self) -> MemoryView: ...
 
-    def get_memory(self, key: str) -> Found | None:
-        """The memory tier alone, with no I/O: the hit path's first look."""
-
-    def peek_memory(self, key: str) -> Found | None:
-        """As ``get_memory``, but not counted as a use of the object (eviction order is
-        left alone): for asking whether it is held."""
+    @property
+    def max_object(self) -> int:
+        """The largest body it stores, in bytes (-1: none)."""
 
     async def get(self, key: str) -> Found | None:
         """Memory tier, then disk tier (small disk objects are promoted to memory)."""
@@ -75,16 +91,8 @@ class ObjectStore(Protocol):
     def open_writer(self, key: str, expected_length: int | None) -> ObjectWriter | None:
         """A writer for a new object, or None if it cannot be stored (too large, tiers off)."""
 
-    def put_now(self, key: str, head: StoredHead, body: bytes) -> bool:
-        """Store a whole body at once if that needs no disk write; False (nothing done) if
-        it does, and a writer must be used."""
-
     async def update_head(self, key: str, head: StoredHead) -> None:
         """Replace a stored object's head (after a 304 revalidation); no-op if absent."""
-
-    def refresh_head(self, key: str, head: StoredHead) -> Coroutine[Any, Any, None] | None:
-        """``update_head``, with the memory tier changed at once; returns the disk write
-        still to run (None without a disk tier)."""
 
     async def delete(self, key: str) -> None: ...
 

@@ -20,7 +20,7 @@ from harvest_cache.config import KIB, MIB, CacheConfig
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.disk import Committed, DiskError, DiskTier, Spool
 from harvest_cache.store.entry import VaryMarker
-from harvest_cache.store.interface import FileBody, Found, StoredObject
+from harvest_cache.store.interface import FileBody, Found, MemoryView, StoredObject
 from harvest_cache.store.memory import MemoryTier
 
 log = logging.getLogger(__name__)
@@ -69,9 +69,6 @@ class TieredStore:
         max_object: int,
     ) -> None:
         self.memory = memory
-        # (ObjectStore's, bound once: no frame of ours on the hit path)
-        self.get_memory = memory.get
-        self.peek_memory = memory.peek
         self.max_object = max_object
         self.read_failures = 0
         self.write_failures = 0
@@ -87,15 +84,14 @@ class TieredStore:
         self._reading: dict[str, int] = {}
         self._changed: set[str] = set()
         self._closed = False
+        self.memory_view = MemoryView(
+            memory.get, memory.peek, self._put_now, self._refresh_head, disk is not None, max_object
+        )
 
     def __repr__(self) -> str:
         return f"<TieredStore {self.memory!r} {self._disk!r}>"
 
     # -- ObjectStore -----------------------------------------------------------------------------
-
-    @property
-    def has_disk(self) -> bool:
-        return self._disk is not None
 
     async def get(self, key: str) -> Found | None:
         found = self.memory.get(key)
@@ -134,7 +130,7 @@ class TieredStore:
         self._writers.add(writer)
         return writer
 
-    def put_now(self, key: str, head: StoredHead, body: bytes) -> bool:
+    def _put_now(self, key: str, head: StoredHead, body: bytes) -> bool:
         if self._disk is not None or self._closed:
             return False
         self._changing(key)
@@ -146,11 +142,11 @@ class TieredStore:
         return True
 
     async def update_head(self, key: str, head: StoredHead) -> None:
-        write = self.refresh_head(key, head)
+        write = self._refresh_head(key, head)
         if write is not None:
             await write
 
-    def refresh_head(self, key: str, head: StoredHead) -> Coroutine[Any, Any, None] | None:
+    def _refresh_head(self, key: str, head: StoredHead) -> Coroutine[Any, Any, None] | None:
         # (every revalidation runs this: the steps of ``_changing`` and ``_tell`` inline)
         if key in self._reading:
             self._changed.add(key)

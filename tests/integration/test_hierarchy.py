@@ -553,8 +553,8 @@ async def test_nothing_a_proxy_only_parent_sends_is_stored(
     for _ in range(2):
         assert await get(child, url) == (200, b"kept by the parent")
     assert origin.hits["/po"] == 1
-    assert child.store.get_memory(url) is None
-    assert parent.store.get_memory(url) is not None
+    assert child.store.memory_view.get(url) is None
+    assert parent.store.memory_view.get(url) is not None
     child_log = await stop_and_read_log(child)
     parent_log = await stop_and_read_log(parent)
     assert codes(child_log, url) == [f"FIRST_PARENT_MISS/{LOOPBACK}", f"PARENT_HIT/{LOOPBACK}"]

@@ -358,7 +358,7 @@ async def test_queries_do_not_keep_an_object_in_the_memory_tier(
             assert (await peer.answer(port, query(n, origin.url("/a")))).opcode is Opcode.HIT
         await store(client, origin.url("/d"))
     # (the response may reach the client just before its object is in the tier)
-    await wait_until(lambda: cache.store.peek_memory(origin.url("/d")) is not None)
+    await wait_until(lambda: cache.store.memory_view.peek(origin.url("/d")) is not None)
     answers = [(await peer.answer(port, query(9, origin.url(f"/{x}")))).opcode for x in "abcd"]
     assert answers == [Opcode.MISS, Opcode.HIT, Opcode.HIT, Opcode.HIT]
 

@@ -148,14 +148,14 @@ def outcomes(lines: list[LogLine], url: str) -> list[tuple[str, int]]:
 
 def stored_etag(cache: CacheServer, url: str) -> str | None:
     """The ETag of the object the memory tier holds for ``url`` (None if none)."""
-    found = cache.store.get_memory(url)
+    found = cache.store.memory_view.get(url)
     if not isinstance(found, StoredObject):
         return None
     return stored_fields(found.head.headers).get("ETag")
 
 
 def stored_cc(cache: CacheServer, url: str) -> str | None:
-    found = cache.store.get_memory(url)
+    found = cache.store.memory_view.get(url)
     if not isinstance(found, StoredObject):
         return None
     return stored_fields(found.head.headers).get("Cache-Control")

@@ -109,7 +109,7 @@ def stored(body: bytes) -> StoredObject:
 
 def test_hot_entries_carry_copies_that_go_with_them(memory: MemoryTier, store: TieredStore) -> None:
     pages = BodyPages(4 * MAX_BYTES)
-    hot = HotIndex(store, "test-cache", pages=pages)
+    hot = HotIndex(store.memory_view, "test-cache", pages=pages)
     first = stored(os.urandom(200_000))
     assert memory.put(URL, first)
     hot.add(URL.encode(), URL, first, 0.0, 60.0, NOW)
@@ -137,7 +137,7 @@ def test_hot_entries_carry_copies_that_go_with_them(memory: MemoryTier, store: T
 
 def test_small_bodies_get_no_copy(memory: MemoryTier, store: TieredStore) -> None:
     pages = BodyPages(4 * MAX_BYTES)
-    hot = HotIndex(store, "test-cache", pages=pages)
+    hot = HotIndex(store.memory_view, "test-cache", pages=pages)
     obj = stored(b"small body")
     assert memory.put(URL, obj)
     hot.add(URL.encode(), URL, obj, 0.0, 60.0, NOW)

@@ -26,7 +26,7 @@ def memory() -> MemoryTier:
 @pytest.fixture
 def hot(memory: MemoryTier) -> Iterator[HotIndex]:
     executor = ThreadPoolExecutor(1)
-    yield HotIndex(TieredStore(memory, None, executor, 1 << 16), "test-cache")
+    yield HotIndex(TieredStore(memory, None, executor, 1 << 16).memory_view, "test-cache")
     executor.shutdown()
 
 

@@ -118,17 +118,17 @@ async def test_small_object_is_written_through_and_promoted_after_reopen(
     body = payload(40 * KIB)
     store = await open_store(cfg)
     await put(store, "small", body)
-    found = store.get_memory("small")
+    found = store.memory_view.get("small")
     assert isinstance(found, StoredObject)
     assert (found.tier, found.body, found.head) == ("memory", body, head_for("small", len(body)))
     await store.close()
 
     store = await open_store(cfg)
-    assert store.get_memory("small") is None
+    assert store.memory_view.get("small") is None
     found = await store.get("small")
     assert isinstance(found, StoredObject)
     assert (found.tier, found.body, found.head) == ("disk", body, head_for("small", len(body)))
-    promoted = store.get_memory("small")
+    promoted = store.memory_view.get("small")
     assert isinstance(promoted, StoredObject)
     assert (promoted.tier, promoted.body) == ("memory", body)
     await store.close()
@@ -139,7 +139,7 @@ async def test_20_mib_body_round_trips_through_a_file_body(
 ) -> None:
     body = os.urandom(20 * MIB)
     await put(store, "big", body)
-    assert store.get_memory("big") is None
+    assert store.memory_view.get("big") is None
     found = await store.get("big")
     assert isinstance(found, StoredObject)
     assert found.tier == "disk"
@@ -147,7 +147,7 @@ async def test_20_mib_body_round_trips_through_a_file_body(
     assert isinstance(found.body, FileBody)
     assert (found.body.offset, found.body.length) == (0, len(body))
     assert await body_of(found) == body
-    assert store.get_memory("big") is None  # too big to promote
+    assert store.memory_view.get("big") is None  # too big to promote
     assert len(body_files(cfg)) == 1
     assert spools(cfg) == []
 
@@ -157,7 +157,7 @@ async def test_body_between_memory_limit_and_spill_batch_is_stored_on_disk(
 ) -> None:
     body = payload(SPILL_BATCH // 2)  # over the 64 KiB memory limit, never spilled
     await put(store, "mid", body, chunk=4 * KIB)
-    assert store.get_memory("mid") is None
+    assert store.memory_view.get("mid") is None
     assert await body_of(await store.get("mid")) == body
 
 
@@ -174,10 +174,10 @@ async def test_empty_and_tiny_bodies(store: TieredStore, cfg: CacheConfig) -> No
 async def test_new_version_replaces_old_in_both_tiers(store: TieredStore, cfg: CacheConfig) -> None:
     await put(store, "k", payload(1000, seed=1))
     await put(store, "k", payload(3 * MIB, seed=2))
-    assert store.get_memory("k") is None  # the small old version left memory
+    assert store.memory_view.get("k") is None  # the small old version left memory
     assert await body_of(await store.get("k")) == payload(3 * MIB, seed=2)
     await put(store, "k", payload(2000, seed=3))
-    assert await body_of(store.get_memory("k")) == payload(2000, seed=3)
+    assert await body_of(store.memory_view.get("k")) == payload(2000, seed=3)
     assert body_files(cfg) == {}  # the big version's file was removed
 
 
@@ -212,7 +212,7 @@ async def test_update_head_of_absent_key_or_marker_does_nothing(store: TieredSto
     await store.update_head("m", head_for("m", 0))
     await store.update_head("absent", head_for("absent", 0))
     assert await store.get("absent") is None
-    assert store.get_memory("m") == marker
+    assert store.memory_view.get("m") == marker
     store.memory.delete("m")
     assert await store.get("m") == marker
 
@@ -223,7 +223,7 @@ async def test_delete_removes_from_both_tiers(store: TieredStore, cfg: CacheConf
     await store.delete("small")
     await store.delete("big")
     await store.delete("never-stored")
-    assert store.get_memory("small") is None
+    assert store.memory_view.get("small") is None
     assert await store.get("small") is None
     assert await store.get("big") is None
     assert body_files(cfg) == {}
@@ -239,12 +239,12 @@ async def test_marker_is_stored_in_both_tiers_and_replaces_an_object(
     await put(store, "k", payload(2 * MIB))
     marker = VaryMarker("http://origin.test/k", ("accept-encoding", "accept"), "gen-2")
     await store.put_marker("k", marker)
-    assert store.get_memory("k") == marker
+    assert store.memory_view.get("k") == marker
     assert body_files(cfg) == {}
     await store.close()
     store = await open_store(cfg)
     assert await store.get("k") == marker
-    assert store.get_memory("k") == marker  # promoted
+    assert store.memory_view.get("k") == marker  # promoted
     await store.close()
 
 
@@ -321,12 +321,12 @@ async def test_disk_only_store(tmp_path: Path) -> None:
     store = await open_store(cfg)
     for key, n in (("tiny", 10), ("small", 40 * KIB), ("big", 3 * MIB)):
         await put(store, key, payload(n))
-        assert store.get_memory(key) is None
+        assert store.memory_view.get(key) is None
         found = await store.get(key)
         assert isinstance(found, StoredObject)
         assert found.tier == "disk"
         assert await body_of(found) == payload(n)
-        assert store.get_memory(key) is None
+        assert store.memory_view.get(key) is None
     await store.close()
 
 
@@ -409,7 +409,7 @@ async def test_flipped_byte_in_a_small_body_fails_its_checksum(cfg: CacheConfig)
     store = await open_store(cfg)
     assert await store.get("k") is None
     assert store.read_failures == 1
-    assert store.get_memory("k") is None
+    assert store.memory_view.get("k") is None
     await store.close()
 
 
@@ -446,7 +446,7 @@ async def test_failing_disk_writes_are_counted_and_leave_the_store_working(
     await put(store, "small", payload(40 * KIB))  # spooled on its way to disk: fails too
     assert store.write_failures == 2
     assert await store.get("big") is None
-    assert await body_of(store.get_memory("small")) == payload(40 * KIB)  # memory has it
+    assert await body_of(store.memory_view.get("small")) == payload(40 * KIB)  # memory has it
     await put(store, "tiny", b"inline in SQLite")
     store.memory.delete("tiny")
     assert await body_of(await store.get("tiny")) == b"inline in SQLite"
@@ -468,7 +468,7 @@ async def test_read_overlapping_a_delete_does_not_promote_stale_data(cfg: CacheC
         await asyncio.sleep(0)  # the read is now waiting on the disk tier
         await store.delete("k")
         await read
-        assert store.get_memory("k") is None
+        assert store.memory_view.get("k") is None
         await put(store, "k", b"old")
         store.memory.delete("k")
     await store.close()
@@ -486,7 +486,7 @@ async def test_read_overlapping_another_process_change_does_not_promote_it(
         await asyncio.sleep(0)  # the read is now waiting on the disk tier
         store.dropped("k")
         assert await body_of(await read) == b"old"  # (the reader itself still gets it)
-        assert store.get_memory("k") is None
+        assert store.memory_view.get("k") is None
     await store.close()
 
 

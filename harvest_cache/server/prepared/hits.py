@@ -17,7 +17,7 @@ from harvest_cache.http.forwarding import add_via, response_head
 from harvest_cache.http.headers import Headers
 from harvest_cache.server.accesslog import line_rest, line_tail, time_field
 from harvest_cache.server.pages import BodyPages, PageCopy
-from harvest_cache.store.interface import ObjectStore, StoredObject
+from harvest_cache.store.interface import MemoryView, StoredObject
 
 _MAX_ENTRIES = 4096
 _MAX_LINES = 16  # access-log lines kept per entry
@@ -51,12 +51,12 @@ class HotIndex:
 
     def __init__(
         self,
-        store: ObjectStore,
+        memory: MemoryView,
         name: str,
         status_keys: bool = False,
         pages: BodyPages | None = None,
     ) -> None:
-        self._store = store
+        self._memory = memory
         self._pages = pages
         self._name = name
         self._status_keys = status_keys  # Cache-Status names the key
@@ -104,7 +104,7 @@ class HotIndex:
         entry = self._entries.get(target)
         if entry is None:
             return None
-        if now >= entry.expires_at or self._store.get_memory(entry.key) is not entry.obj:
+        if now >= entry.expires_at or self._memory.get(entry.key) is not entry.obj:
             del self._entries[target]
             return None
         return entry
