@@ -4,7 +4,7 @@ one, and the status, topology, mirror list, redirect and metrics people and Prom
 ::
 
     signed (replicator/auth.py), from members of the group only:
-    POST /replication/{group}/membership   a membership message (replicator/membership.py)
+    POST /replication/{group}/membership   a membership message (replicator/messages.py)
     POST /replication/{group}/notify       a change list: "I have these changes"
     GET  /replication/{group}/changes?after=SEQ&limit=N   this member's change list
     POST /replication/{group}/entries      {"oids": [...]} -> a transfer of those objects
@@ -45,10 +45,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from harvest_common.errors import ReplicatorError
 from harvest_common.replication.merkle import decode_ask
 from harvest_common.replication.wire import ChangeList
-from replicator import auth, membership, svg
+from replicator import auth, messages, svg
 from replicator.client import TRANSFER_TYPE
-from replicator.coordination import Agreed, CostRow
 from replicator.errors import AuthError, PeerError, ReplayMemoryFull
+from replicator.messages import Agreed, CostRow
 from replicator.metrics import REQUEST_KINDS
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class Service:
 
     async def membership(self, request: web.Request) -> web.Response:
         group = self._group(request)
-        message = membership.from_json(_json(request))
+        message = messages.from_json(_json(request))
         if message.sender != request[MEMBER]:
             raise BadRequest(f"signed by {request[MEMBER]!r}, sent as {message.sender!r}")
         group.receive(message)
