@@ -1,7 +1,8 @@
 """How the members of a group agree on one update topology. Pure: values in, decisions out.
 
 Each member measures its links (replicator/links.py) and shares them as a ``CostRow``
-(versioned: a newer row from a member replaces the older). The coordinator, the usable member
+(versioned: a newer row from a member replaces the older; both messages and their wire form
+are replicator/messages.py). The coordinator, the usable member
 with the smallest id, computes the topology (replicator/topology.py) from the rows of the
 usable members when it has none, when membership changed, or when some link's cost changed
 enough, and sends it to every member as an ``Agreed`` numbered one above the last it knew.
@@ -15,24 +16,10 @@ Until a topology is agreed, a member floods to every usable member: slower, neve
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Collection
 
-from harvest_common.errors import WireError
-from replicator.errors import TopologyError
-from replicator.topology import (
-    Topology,
-    TopologyParams,
-    changed_enough,
-    compute,
-    objective,
-    recosted,
-)
-
-_ROW_KEYS = frozenset({"member", "version", "public_url", "costs"})
-
+from replicator.messages import Agreed, CostRow
+from replicator.topology import TopologyParams, changed_enough, compute, objective, recosted
 
 # Link costs that move by less than this (seconds) have not changed: loopback and LAN
 # measurements jitter by a millisecond or two from one probe to the next.
@@ -41,94 +28,6 @@ NOISE = 0.005
 # (its objective this fraction of the agreed one's under the same costs, or less): links that
 # jitter around equal costs would otherwise make the group switch topologies all the time.
 GAIN = 0.9
-
-
-@dataclass(frozen=True, slots=True)
-class CostRow:
-    """What ``member`` measured: ``costs`` of its links by member at the other end, and
-    ``public_url``, where its mirror is searched. ``version`` increases with each row."""
-
-    member: str
-    version: int
-    public_url: str
-    costs: Mapping[str, float]
-
-    def __repr__(self) -> str:
-        return f"CostRow({self.member!r} v{self.version}, {len(self.costs)} links)"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "member": self.member,
-            "version": self.version,
-            "public_url": self.public_url,
-            "costs": dict(self.costs),
-        }
-
-    @classmethod
-    def from_json(cls, value: object) -> CostRow:
-        if not isinstance(value, dict) or set(value) != {
-            "member",
-            "version",
-            "public_url",
-            "costs",
-        }:
-            raise WireError("a cost row has member, version, public_url and costs")
-        member, version, url, costs = (
-            value["member"],
-            value["version"],
-            value["public_url"],
-            value["costs"],
-        )
-        if not (isinstance(member, str) and isinstance(url, str) and isinstance(costs, dict)):
-            raise WireError("a cost row's member and public_url are strings, costs a table")
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise WireError("a cost row's version is an integer")
-        checked: dict[str, float] = {}
-        for peer, cost in costs.items():
-            if isinstance(cost, bool) or not isinstance(cost, int | float):
-                raise WireError(f"the cost of {peer!r} is not a number")
-            if not (math.isfinite(cost) and cost >= 0):
-                raise WireError(f"the cost of {peer!r} is not a finite, non-negative number")
-            checked[peer] = float(cost)
-        return cls(member, version, url, checked)
-
-
-@dataclass(frozen=True, slots=True)
-class Agreed:
-    """A topology computed by ``coordinator`` as its ``epoch``-th."""
-
-    epoch: int
-    coordinator: str
-    topology: Topology
-
-    def __repr__(self) -> str:
-        return f"Agreed(epoch {self.epoch} by {self.coordinator!r}: {self.topology!r})"
-
-    @property
-    def rank(self) -> tuple[int, str]:
-        return (self.epoch, self.coordinator)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch,
-            "coordinator": self.coordinator,
-            "topology": self.topology.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, value: object) -> Agreed:
-        if not isinstance(value, dict) or set(value) != {"epoch", "coordinator", "topology"}:
-            raise WireError("an agreed topology has epoch, coordinator and topology")
-        epoch, coordinator = value["epoch"], value["coordinator"]
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
-            raise WireError("an agreed topology's epoch is a positive integer")
-        if not isinstance(coordinator, str):
-            raise WireError("an agreed topology's coordinator is a string")
-        try:
-            topology = Topology.from_json(value["topology"])
-        except TopologyError as error:
-            raise WireError(f"bad topology: {error}") from None
-        return cls(epoch, coordinator, topology)
 
 
 def _canonical(agreed: Agreed) -> str:

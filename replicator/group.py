@@ -34,10 +34,11 @@ from harvest_common.replication.wire import Change, ChangeList
 from harvest_common.tasks import TaskSet
 from replicator.client import BrokerClient, PeerClient, parse_bucket_entries
 from replicator.config import Config, GroupConfig
-from replicator.coordination import Agreed, Coordination, CostRow
+from replicator.coordination import Coordination
 from replicator.errors import PeerError
 from replicator.links import Links
-from replicator.membership import Membership, MembershipParams, Message, Send, State
+from replicator.membership import Membership, MembershipParams, Send
+from replicator.messages import Agreed, CostRow, Message, State
 from replicator.metrics import ReplicatorMetrics
 from replicator.state import State as SavedState
 from replicator.topology import TopologyParams

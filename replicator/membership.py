@@ -2,9 +2,10 @@
 
 This module owns one member's view of the mirror group: who is in it, at which address, and
 whether each member is ALIVE, SUSPECT, DEAD or LEFT. It is a pure state machine: a driver
-delivers the messages it receives (`Membership.receive`), calls `Membership.tick` at
-`Membership.next_deadline`, and sends the returned `Send`s. Time is an argument and randomness
-comes from a seeded `random.Random`, so a run is a function of its inputs.
+delivers the messages it receives (`Membership.receive`; the messages and their wire form are
+replicator/messages.py), calls `Membership.tick` at `Membership.next_deadline`, and sends the
+returned `Send`s. Time is an argument and randomness comes from a seeded `random.Random`, so a
+run is a function of its inputs.
 
 The protocol is SWIM (Das, Gupta, Motivala 2002) as HashiCorp memberlist runs it:
 
@@ -41,23 +42,15 @@ not implemented: the group is small and the drivers are not expected to starve.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar, Self, TypeAlias
 
 from replicator.errors import MembershipError
+from replicator.messages import Ack, Join, Message, Ping, PingReq, State, Sync, Update
 
-
-class State(enum.Enum):
-    """A member's state as one member sees it."""
-
-    ALIVE = "alive"
-    SUSPECT = "suspect"
-    DEAD = "dead"
-    LEFT = "left"
+__all__ = ["Event", "Member", "Membership", "MembershipParams", "Send"]
 
 
 # The order that breaks ties between claims of equal incarnation (see the module docstring).
@@ -78,247 +71,12 @@ class Member:
     source: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Update:
-    """A gossiped claim about a member; `source` is who made it (it tells independent
-    suspicions apart, which is what shortens a suspicion)."""
-
-    id: str
-    address: str
-    state: State
-    incarnation: int
-    source: str = ""
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "address": self.address,
-            "state": self.state.value,
-            "incarnation": self.incarnation,
-            "source": self.source,
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> Update:
-        fields = _object(data, "update")
-        return cls(
-            id=_string(fields, "id", "update", nonempty=True),
-            address=_string(fields, "address", "update"),
-            state=_state(fields, "state", "update"),
-            incarnation=_count(fields, "incarnation", "update"),
-            source=_string(fields, "source", "update"),
-        )
-
-
 def _claim(item: Member | Update) -> tuple[int, int]:
     return (item.incarnation, _RANK[item.state])
 
 
 def _as_update(member: Member) -> Update:
     return Update(member.id, member.address, member.state, member.incarnation, member.source)
-
-
-# Wire form. Every message is a JSON object with a "type"; unknown extra keys are ignored so a
-# newer member can add fields, but every known key must be present with the right type.
-
-
-def _object(data: object, kind: str) -> dict[str, object]:
-    if not isinstance(data, dict):
-        raise MembershipError(f"{kind}: expected an object, got {type(data).__name__}")
-    return data
-
-
-def _field(fields: dict[str, object], key: str, kind: str) -> object:
-    if key not in fields:
-        raise MembershipError(f"{kind}: missing {key!r}")
-    return fields[key]
-
-
-def _string(fields: dict[str, object], key: str, kind: str, *, nonempty: bool = False) -> str:
-    value = _field(fields, key, kind)
-    if not isinstance(value, str):
-        raise MembershipError(f"{kind}.{key}: expected a string, got {type(value).__name__}")
-    if nonempty and not value:
-        raise MembershipError(f"{kind}.{key}: must not be empty")
-    return value
-
-
-def _count(fields: dict[str, object], key: str, kind: str) -> int:
-    value = _field(fields, key, kind)
-    # bool is an int subclass; true is not a sequence number.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise MembershipError(f"{kind}.{key}: expected an integer, got {type(value).__name__}")
-    if value < 0:
-        raise MembershipError(f"{kind}.{key}: must not be negative, got {value}")
-    return value
-
-
-def _state(fields: dict[str, object], key: str, kind: str) -> State:
-    value = _string(fields, key, kind)
-    try:
-        return State(value)
-    except ValueError:
-        raise MembershipError(f"{kind}.{key}: unknown state {value!r}") from None
-
-
-def _updates(fields: dict[str, object], key: str, kind: str) -> tuple[Update, ...]:
-    value = _field(fields, key, kind)
-    if not isinstance(value, list | tuple):
-        raise MembershipError(f"{kind}.{key}: expected a list, got {type(value).__name__}")
-    return tuple(Update.from_json(item) for item in value)
-
-
-def _typed(data: object, kind: str) -> dict[str, object]:
-    fields = _object(data, kind)
-    if fields.get("type") != kind:
-        raise MembershipError(f"{kind}: 'type' is {fields.get('type')!r}, expected {kind!r}")
-    return fields
-
-
-@dataclass(frozen=True, slots=True)
-class _Beat:
-    """What a Ping and an Ack both are: a sequence number and a sender, carrying gossip."""
-
-    TYPE: ClassVar[str]
-    seq: int
-    sender: str
-    updates: tuple[Update, ...]
-    sender_address: str
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "type": self.TYPE,
-            "seq": self.seq,
-            "sender": self.sender,
-            "sender_address": self.sender_address,
-            "updates": [u.to_json() for u in self.updates],
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> Self:
-        fields = _typed(data, cls.TYPE)
-        return cls(
-            seq=_count(fields, "seq", cls.TYPE),
-            sender=_string(fields, "sender", cls.TYPE, nonempty=True),
-            updates=_updates(fields, "updates", cls.TYPE),
-            sender_address=_string(fields, "sender_address", cls.TYPE),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Ping(_Beat):
-    """A direct probe; answered with an Ack of the same `seq`."""
-
-    TYPE: ClassVar[str] = "ping"
-
-
-@dataclass(frozen=True, slots=True)
-class PingReq:
-    """ "Probe `target` for me": the receiver pings it and relays its Ack with this `seq`."""
-
-    TYPE: ClassVar[str] = "ping_req"
-    seq: int
-    sender: str
-    target: str
-    target_address: str
-    updates: tuple[Update, ...]
-    sender_address: str
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "type": self.TYPE,
-            "seq": self.seq,
-            "sender": self.sender,
-            "sender_address": self.sender_address,
-            "target": self.target,
-            "target_address": self.target_address,
-            "updates": [u.to_json() for u in self.updates],
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> PingReq:
-        fields = _typed(data, cls.TYPE)
-        return cls(
-            seq=_count(fields, "seq", cls.TYPE),
-            sender=_string(fields, "sender", cls.TYPE, nonempty=True),
-            target=_string(fields, "target", cls.TYPE, nonempty=True),
-            target_address=_string(fields, "target_address", cls.TYPE),
-            updates=_updates(fields, "updates", cls.TYPE),
-            sender_address=_string(fields, "sender_address", cls.TYPE),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Ack(_Beat):
-    """The answer to a Ping, or an intermediary's relay of one for a PingReq."""
-
-    TYPE: ClassVar[str] = "ack"
-
-
-@dataclass(frozen=True, slots=True)
-class Join:
-    """A member (new or restarted) asks for the full member list; answered with a Sync."""
-
-    TYPE: ClassVar[str] = "join"
-    sender: str
-    address: str
-    incarnation: int
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "type": self.TYPE,
-            "sender": self.sender,
-            "address": self.address,
-            "incarnation": self.incarnation,
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> Join:
-        fields = _typed(data, cls.TYPE)
-        return cls(
-            sender=_string(fields, "sender", cls.TYPE, nonempty=True),
-            address=_string(fields, "address", cls.TYPE),
-            incarnation=_count(fields, "incarnation", cls.TYPE),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Sync:
-    """The sender's whole view, every member including tombstones, merged by the receiver."""
-
-    TYPE: ClassVar[str] = "sync"
-    sender: str
-    members: tuple[Update, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "type": self.TYPE,
-            "sender": self.sender,
-            "members": [u.to_json() for u in self.members],
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> Sync:
-        fields = _typed(data, cls.TYPE)
-        return cls(
-            sender=_string(fields, "sender", cls.TYPE, nonempty=True),
-            members=_updates(fields, "members", cls.TYPE),
-        )
-
-
-Message: TypeAlias = Ping | PingReq | Ack | Join | Sync
-
-_PARSERS: dict[str, Callable[[object], Message]] = {
-    cls.TYPE: cls.from_json for cls in (Ping, PingReq, Ack, Join, Sync)
-}
-
-
-def from_json(data: object) -> Message:
-    """Parse any message from its dict form; MembershipError if it is malformed."""
-    kind = _object(data, "message").get("type")
-    if not isinstance(kind, str) or kind not in _PARSERS:
-        raise MembershipError(f"message: unknown 'type' {kind!r}")
-    return _PARSERS[kind](data)
 
 
 @dataclass(frozen=True, slots=True)

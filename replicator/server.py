@@ -4,7 +4,7 @@ one, and the status, topology, mirror list, redirect and metrics people and Prom
 ::
 
     signed (replicator/auth.py), from members of the group only:
-    POST /replication/{group}/membership   a membership message (replicator/membership.py)
+    POST /replication/{group}/membership   a membership message (replicator/messages.py)
     POST /replication/{group}/notify       a change list: "I have these changes"
     GET  /replication/{group}/changes?after=SEQ&limit=N   this member's change list
     POST /replication/{group}/entries      {"oids": [...]} -> a transfer of those objects
@@ -37,7 +37,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from html import escape
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -45,15 +45,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from harvest_common.errors import ReplicatorError
 from harvest_common.replication.merkle import decode_ask
 from harvest_common.replication.wire import ChangeList
-from replicator import auth, membership, svg
-from replicator.client import TRANSFER_TYPE
-from replicator.coordination import Agreed, CostRow
+from replicator import auth, messages, svg
+from replicator.client import TRANSFER_TYPE, BrokerClient
+from replicator.config import Config
 from replicator.errors import AuthError, PeerError, ReplayMemoryFull
-from replicator.metrics import REQUEST_KINDS
+from replicator.messages import Agreed, CostRow
+from replicator.metrics import REQUEST_KINDS, ReplicatorMetrics
 
 if TYPE_CHECKING:
     from replicator.group import Group
-    from replicator.node import Node
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -70,6 +70,33 @@ NEAR: Final = 1.5
 _PROBE_BLOCK: Final = os.urandom(64 * 1024)
 
 
+class Host(Protocol):
+    """The running member, as its HTTP application sees it (``Node`` is one). Read at each
+    request: its groups and the address it listens at are filled in after the application
+    is made."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def secret(self) -> bytes: ...
+
+    @property
+    def metrics(self) -> ReplicatorMetrics: ...
+
+    @property
+    def broker(self) -> BrokerClient: ...
+
+    @property
+    def groups(self) -> Mapping[str, Group]: ...
+
+    @property
+    def address(self) -> tuple[str, int]: ...
+
+    @property
+    def started(self) -> float: ...
+
+
 class BadRequest(web.HTTPBadRequest):
     def __init__(self, reason: str) -> None:
         super().__init__(text=json.dumps({"error": reason}), content_type="application/json")
@@ -80,7 +107,7 @@ def _empty() -> web.Response:
 
 
 class Service:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Host) -> None:
         self._node = node
 
     def _group(self, request: web.Request) -> Group:
@@ -97,7 +124,7 @@ class Service:
 
     async def membership(self, request: web.Request) -> web.Response:
         group = self._group(request)
-        message = membership.from_json(_json(request))
+        message = messages.from_json(_json(request))
         if message.sender != request[MEMBER]:
             raise BadRequest(f"signed by {request[MEMBER]!r}, sent as {message.sender!r}")
         group.receive(message)
@@ -268,7 +295,7 @@ def _integer(text: str, name: str) -> int:
     return int(text)
 
 
-def make_app(node: Node) -> web.Application:
+def make_app(node: Host) -> web.Application:
     service = Service(node)
     secret = node.secret
     metrics = node.metrics

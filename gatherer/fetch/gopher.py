@@ -18,8 +18,8 @@ from collections.abc import Callable
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from gatherer.errors import FetchError
-from gatherer.fetch import gopher_menu
 from gatherer.fetch.body import Body
+from gatherer.fetch.gopher_menu import DEFAULT_PORT, parse, text_body
 from gatherer.fetch.result import Fetched, Validators
 from gatherer.fetch.settings import FetchSettings
 from gatherer.fetch.slots import ConnectionSlots
@@ -46,7 +46,7 @@ class GopherFetcher:
     ) -> Fetched:
         parts = urlsplit(url)
         try:
-            port = parts.port or gopher_menu.DEFAULT_PORT
+            port = parts.port or DEFAULT_PORT
         except ValueError as error:
             raise FetchError(url, "refused", f"bad port: {error}") from error
         host = parts.hostname
@@ -99,11 +99,11 @@ async def _connect(
 def _document(url: str, item_type: str, raw: bytes, peer: str | None) -> Fetched:
     """What a response of the given item type means."""
     if item_type not in _MENU_ITEM_TYPES:
-        content = gopher_menu.text_body(raw) if item_type == "0" else raw
+        content = text_body(raw) if item_type == "0" else raw
         return Fetched(
             url=url, content=content, content_type=_CONTENT_TYPES.get(item_type), peer=peer
         )
-    items = gopher_menu.parse(raw.decode("utf-8", "surrogateescape"))
+    items = parse(raw.decode("utf-8", "surrogateescape"))
     errors = [item for item in items if item.type == "3"]
     if errors and all(item.type in ("3", "i") for item in items):
         raise FetchError(url, "status", f"gopher error: {errors[0].display}", status=404)

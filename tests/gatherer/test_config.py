@@ -16,7 +16,7 @@ from gatherer.config import (
     load,
     parse_enumeration_line,
 )
-from gatherer.config_build import HEADERS, MIB
+from gatherer.config.build import HEADERS, MIB
 from gatherer.errors import ConfigError
 from gatherer.essence.options import DEFAULT_STOPLIST, EssenceOptions
 from gatherer.filters import DEFAULT_URL_FILTER, load_filter

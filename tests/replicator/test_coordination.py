@@ -1,17 +1,13 @@
 """Agreeing on one topology: cost rows, the coordinator, when it recomputes, which agreed
-topology every member keeps, whom a member floods to, and the strict JSON forms."""
+topology every member keeps and whom a member floods to (the JSON forms: test_messages.py)."""
 
 from __future__ import annotations
 
 import itertools
-import json
-import math
 from collections.abc import Iterable
 
-import pytest
-
-from harvest_common.errors import ReplicatorError, WireError
-from replicator.coordination import NOISE, Agreed, Coordination, CostRow
+from replicator.coordination import NOISE, Coordination
+from replicator.messages import Agreed, CostRow
 from replicator.topology import Topology, TopologyParams, compute
 
 PARAMS = TopologyParams(iterations=200)
@@ -329,129 +325,6 @@ def test_a_member_outside_the_agreed_topology_floods_to_everyone() -> None:
     coordination = Coordination("e", PARAMS, THRESHOLD)
     coordination.adopt(_agreed(1, "a", "abcd"))
     assert coordination.neighbours(set("abcde")) == ("a", "b", "c", "d")
-
-
-# JSON forms --------------------------------------------------------------------------------
-
-
-def test_a_cost_row_round_trips_through_json() -> None:
-    row = _row("m1", 42, {"m2": 0.25, "m3": 1.5})
-    text = json.dumps(row.to_json())
-    again = CostRow.from_json(json.loads(text))
-    assert again == row
-    assert again.to_json() == row.to_json()
-    assert "m1" in repr(row)
-    assert "v42" in repr(row)
-
-
-def test_integer_costs_are_read_as_floats() -> None:
-    row = CostRow.from_json(
-        {"member": "a", "version": 1, "public_url": "http://a/", "costs": {"b": 2}}
-    )
-    assert row.costs == {"b": 2.0}
-    assert isinstance(row.costs["b"], float)
-
-
-def test_an_agreed_topology_round_trips_through_json() -> None:
-    agreed = _agreed(9, "m1", ["m1", "m2", "m3", "m4", "m5"])
-    again = Agreed.from_json(json.loads(json.dumps(agreed.to_json())))
-    assert again == agreed
-    assert again.rank == (9, "m1")
-    assert "epoch 9" in repr(agreed)
-
-
-_ROW = {"member": "a", "version": 1, "public_url": "http://a/", "costs": {"b": 0.5}}
-
-
-@pytest.mark.parametrize("missing", sorted(_ROW))
-def test_a_cost_row_missing_a_key_is_refused(missing: str) -> None:
-    value = {k: v for k, v in _ROW.items() if k != missing}
-    with pytest.raises(WireError):
-        CostRow.from_json(value)
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"extra": 1},
-        {"member": 7},
-        {"member": None},
-        {"public_url": ["http://a/"]},
-        {"costs": [["b", 0.5]]},
-        {"costs": "b=0.5"},
-        {"version": "1"},
-        {"version": 1.0},
-        {"version": True},
-        {"version": None},
-        {"costs": {"b": "0.5"}},
-        {"costs": {"b": None}},
-        {"costs": {"b": True}},
-        {"costs": {"b": -0.5}},
-        {"costs": {"b": math.nan}},
-        {"costs": {"b": math.inf}},
-        {"costs": {"b": 0.5, "c": -1}},
-    ],
-)
-def test_a_malformed_cost_row_is_refused(change: dict[str, object]) -> None:
-    with pytest.raises(WireError):
-        CostRow.from_json({**_ROW, **change})
-
-
-@pytest.mark.parametrize("value", [None, [], "row", 3])
-def test_a_cost_row_that_is_not_an_object_is_refused(value: object) -> None:
-    with pytest.raises(WireError):
-        CostRow.from_json(value)
-
-
-def test_nan_sent_as_json_is_refused() -> None:
-    # Python's json writes and reads NaN: the check must not rely on the encoder.
-    text = json.dumps({**_ROW, "costs": {"b": math.nan}})
-    assert "NaN" in text
-    with pytest.raises(WireError, match="finite"):
-        CostRow.from_json(json.loads(text))
-
-
-def _agreed_json() -> dict[str, object]:
-    return _agreed(2, "a", "abc").to_json()
-
-
-@pytest.mark.parametrize("missing", ["epoch", "coordinator", "topology"])
-def test_an_agreed_topology_missing_a_key_is_refused(missing: str) -> None:
-    value = _agreed_json()
-    del value[missing]
-    with pytest.raises(WireError):
-        Agreed.from_json(value)
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"extra": None},
-        {"epoch": 0},
-        {"epoch": -3},
-        {"epoch": True},
-        {"epoch": "2"},
-        {"epoch": 2.0},
-        {"epoch": None},
-        {"coordinator": 1},
-        {"coordinator": None},
-        {"topology": None},
-        {"topology": []},
-        {"topology": {"members": ["a", "b"], "edges": []}},  # not connected
-        {"topology": {"members": ["a", "b"], "edges": [{"a": "a", "b": "b", "cost": -1}]}},
-        {"topology": {"members": ["a", "b"], "edges": [{"a": "a", "b": "b", "cost": math.nan}]}},
-    ],
-)
-def test_a_malformed_agreed_topology_is_refused(change: dict[str, object]) -> None:
-    with pytest.raises(WireError):
-        Agreed.from_json({**_agreed_json(), **change})
-
-
-@pytest.mark.parametrize("value", [None, [], "agreed", 1])
-def test_an_agreed_topology_that_is_not_an_object_is_refused(value: object) -> None:
-    with pytest.raises(WireError) as raised:
-        Agreed.from_json(value)
-    assert isinstance(raised.value, ReplicatorError)
 
 
 def test_a_restarted_coordinator_numbers_above_the_epoch_a_member_kept() -> None:

@@ -25,8 +25,8 @@ from harvest_common.errors import ReplicatorError
 from harvest_common.replication import wire
 from harvest_common.replication.merkle import MerkleTree, decode_ask, encode_ask
 from harvest_common.replication.version import Version
-from replicator import auth, membership
-from replicator.coordination import Agreed, CostRow
+from replicator import auth, messages
+from replicator.messages import Agreed, CostRow
 from tests.fuzz.strategies import FUZZ, weighted
 from tests.replicator.test_server import GROUP, SECRET, Member, start_member
 
@@ -66,15 +66,15 @@ def _mutations(value: dict[str, Any]) -> st.SearchStrategy[Any]:
 
 VERSION = Version(7, "m1", False)
 CHANGES = wire.ChangeList(GROUP, 0, 3, (wire.Change(3, "0" * 32, VERSION),)).to_json()
-JOIN = membership.Join("m2", "127.0.0.1:9", 0).to_json()
-PING = membership.Ping(1, "m2", (), "127.0.0.1:9").to_json()
+JOIN = messages.Join("m2", "127.0.0.1:9", 0).to_json()
+PING = messages.Ping(1, "m2", (), "127.0.0.1:9").to_json()
 COSTS = CostRow("m2", 1, "http://m2.example/", {"m1": 0.01}).to_json()
 TOPOLOGY: dict[str, Any] = {"epoch": 1, "coordinator": "m1", "topology": {}}
 
 DECODERS: dict[str, tuple[Callable[[Any], object], dict[str, Any]]] = {
     "change list": (wire.ChangeList.from_json, CHANGES),
-    "join": (membership.from_json, JOIN),
-    "ping": (membership.from_json, PING),
+    "join": (messages.from_json, JOIN),
+    "ping": (messages.from_json, PING),
     "cost row": (CostRow.from_json, COSTS),
     "topology": (Agreed.from_json, TOPOLOGY),
 }

@@ -15,24 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harvest_common.errors import ReplicatorError
 from replicator.errors import MembershipError
-from replicator.membership import (
-    Ack,
-    Event,
-    Join,
-    Member,
-    Membership,
-    MembershipParams,
-    Message,
-    Ping,
-    PingReq,
-    Send,
-    State,
-    Sync,
-    Update,
-    from_json,
-)
+from replicator.membership import Event, Member, Membership, MembershipParams, Send
+from replicator.messages import Ack, Join, Ping, PingReq, State, Sync, Update, from_json
 
 PARAMS = MembershipParams()
 
@@ -603,106 +588,6 @@ def test_an_empty_id_is_rejected() -> None:
         Membership("", addr("a"), 0.0)
     with pytest.raises(MembershipError):
         seeded("a", [""])
-
-
-# -- the wire form ------------------------------------------------------------------------------
-
-
-U = Update("b", addr("b"), State.SUSPECT, 3, "c")
-
-MESSAGES: list[Message] = [
-    Ping(1, "a", (U,), addr("a")),
-    PingReq(2, "a", "b", addr("b"), (), addr("a")),
-    Ack(3, "b", (U, Update("c", "", State.LEFT, 0, "c")), addr("b")),
-    Join("j", addr("j"), 4),
-    Sync("a", (U,)),
-]
-
-
-@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
-def test_messages_round_trip_through_json(message: Message) -> None:
-    data = json.loads(json.dumps(message.to_json()))
-    assert from_json(data) == message
-    assert type(message).from_json(data) == message
-
-
-texts = st.text(max_size=8)
-nonempty = st.text(min_size=1, max_size=8)
-counts = st.integers(0, 2**40)
-updates_st = st.builds(Update, nonempty, texts, st.sampled_from(list(State)), counts, texts)
-update_lists = st.lists(updates_st, max_size=4).map(tuple)
-messages_st = st.one_of(
-    st.builds(Ping, counts, nonempty, update_lists, texts),
-    st.builds(PingReq, counts, nonempty, nonempty, texts, update_lists, texts),
-    st.builds(Ack, counts, nonempty, update_lists, texts),
-    st.builds(Join, nonempty, texts, counts),
-    st.builds(Sync, nonempty, update_lists),
-)
-
-
-@settings(max_examples=100, deadline=None)
-@given(messages_st)
-def test_any_message_round_trips_through_json(message: Message) -> None:
-    assert from_json(json.loads(json.dumps(message.to_json()))) == message
-
-
-def ping_dict(**changes: object) -> dict[str, object]:
-    data = Ping(1, "a", (U,), addr("a")).to_json()
-    data.update(changes)
-    return data
-
-
-def with_update(**changes: object) -> dict[str, object]:
-    update = U.to_json()
-    update.update(changes)
-    return ping_dict(updates=[update])
-
-
-def without(data: dict[str, object], key: str) -> dict[str, object]:
-    return {k: v for k, v in data.items() if k != key}
-
-
-@pytest.mark.parametrize(
-    ("data", "complaint"),
-    [
-        ([1, 2], "expected an object"),
-        ("ping", "expected an object"),
-        ({"seq": 1}, "unknown 'type'"),
-        (ping_dict(type="pong"), "unknown 'type'"),
-        (ping_dict(type=7), "unknown 'type'"),
-        (without(ping_dict(), "seq"), "missing 'seq'"),
-        (without(ping_dict(), "sender_address"), "missing 'sender_address'"),
-        (ping_dict(seq="1"), "ping.seq: expected an integer"),
-        (ping_dict(seq=True), "ping.seq: expected an integer"),
-        (ping_dict(seq=1.0), "ping.seq: expected an integer"),
-        (ping_dict(seq=-1), "must not be negative"),
-        (ping_dict(sender=""), "ping.sender: must not be empty"),
-        (ping_dict(sender=None), "ping.sender: expected a string"),
-        (ping_dict(updates={"id": "b"}), "ping.updates: expected a list"),
-        (ping_dict(updates=["b"]), "update: expected an object"),
-        (with_update(state="zombie"), "unknown state 'zombie'"),
-        (with_update(state=1), "update.state: expected a string"),
-        (with_update(incarnation="3"), "update.incarnation: expected an integer"),
-        (with_update(id=""), "update.id: must not be empty"),
-        (without(U.to_json(), "source") | {"type": "ping"}, "missing"),
-        ({**PingReq(2, "a", "b", "", (), "").to_json(), "target": 3}, "ping_req.target"),
-        (without(Join("j", "", 0).to_json(), "incarnation"), "missing 'incarnation'"),
-        ({**Sync("a", ()).to_json(), "members": None}, "sync.members: expected a list"),
-    ],
-)
-def test_malformed_messages_raise_membership_error(data: object, complaint: str) -> None:
-    with pytest.raises(MembershipError, match=complaint) as caught:
-        from_json(data)
-    assert isinstance(caught.value, ReplicatorError)
-
-
-def test_a_parser_refuses_another_messages_type() -> None:
-    with pytest.raises(MembershipError, match="expected 'ack'"):
-        Ack.from_json(ping_dict())
-
-
-def test_unknown_extra_keys_are_ignored_for_forward_compatibility() -> None:
-    assert from_json(ping_dict(future="x")) == Ping(1, "a", (U,), addr("a"))
 
 
 # -- whole groups --------------------------------------------------------------------------------

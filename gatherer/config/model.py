@@ -1,8 +1,8 @@
 """The gatherer's configuration as values: what gatherer.cf (or its TOML form) says, checked.
 
 Only plain frozen values live here; reading and checking the two file forms is in
-``config_build``, ``config_harvest`` and ``config_toml``; ``gatherer.config`` is the entry
-point.
+``build``, ``harvest_format`` and ``toml_format``; the package ``gatherer.config`` is the
+entry point.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Top-level keys are the gatherer.cf header names in snake_case (``gatherer_name``
 ``http_proxy``...; ``ftp_login`` is an array of ``{host, user, password}`` tables);
 ``[[root_nodes]]`` and ``[[root_programs]]`` tables carry RootNode options by field name;
 ``leaf_nodes`` is an array of URLs and ``leaf_programs`` an array of commands. Only the
-structure is checked here; values go to ``config_build`` with their key path
+structure is checked here; values go to ``build`` with their key path
 (``file: root_nodes[2].depth``; arrays count from 0).
 """
 
@@ -14,9 +14,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from gatherer.config_build import HEADERS_BY_TOML_KEY, ROOT_OPTIONS, NodeSpec, build
-from gatherer.config_model import GathererConfig
-from gatherer.config_values import Given
+from gatherer.config.build import HEADERS_BY_TOML_KEY, ROOT_OPTIONS, NodeSpec, build
+from gatherer.config.model import GathererConfig
+from gatherer.config.values import Given
 from gatherer.errors import ConfigError
 
 _LOGIN_KEYS = ("host", "user", "password")

@@ -3,7 +3,7 @@ TOML value is read as each.
 
 gatherer.cf values are text ("8500", "yes", "HTTP|FTP"); TOML values already have a type,
 which must be the kind's (no strings for numbers). Either way the result is the same Python
-value, which ``config_build`` then checks.
+value, which ``build`` then checks.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Both forms (gatherer.cf and TOML) only parse syntax: they hand over each value a
 (gatherer.cf text, or a typed TOML value) with where it was given. This module owns the rest,
 once for both: the header and RootNode option tables (kind, check, default), range checks,
 paths relative to Top-Directory, loading filter files and the stoplist, and collecting every
-problem into one ConfigError. ``config_values`` reads each value by its kind.
+problem into one ConfigError. ``values`` reads each value by its kind.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gatherer.config_model import (
+from gatherer.config.model import (
     GATHERER_VERSION,
     GathererConfig,
     LeafNode,
@@ -25,7 +25,7 @@ from gatherer.config_model import (
     RootProgram,
     check_url,
 )
-from gatherer.config_values import Given, Kind, read
+from gatherer.config.values import Given, Kind, read
 from gatherer.errors import ConfigError
 from gatherer.essence.options import DEFAULT_STOPLIST
 from gatherer.filters import Filter, load_filter, read_text_file, rule_lines

@@ -2,7 +2,7 @@
 
 Only the syntax lives here: continuation lines, comments, section tags, ``Name: value``
 headers, RootNode lines with their ``Option=value`` words, ``|program`` lines. Each value is
-handed to ``config_build`` as text with its ``file:line``, which reads and checks it. The
+handed to ``build`` as text with its ``file:line``, which reads and checks it. The
 nine-field lines an Enumeration program writes are parsed here too.
 """
 
@@ -12,15 +12,15 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from gatherer.config_build import (
+from gatherer.config.build import (
     HEADERS_BY_NAME,
     Context,
     NodeSpec,
     build,
     root_node,
 )
-from gatherer.config_model import GathererConfig, RootNode
-from gatherer.config_values import Given, split_command
+from gatherer.config.model import GathererConfig, RootNode
+from gatherer.config.values import Given, split_command
 from gatherer.errors import ConfigError
 
 _SECTIONS = {"rootnodes": "RootNodes", "leafnodes": "LeafNodes"}
