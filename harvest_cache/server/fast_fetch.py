@@ -27,12 +27,10 @@ object join the flight as they would any other.
 from __future__ import annotations
 
 import asyncio
-import inspect
-import logging
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
+from typing import cast
 
 from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
@@ -59,6 +57,7 @@ from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.fetch import Fetcher, Sent, content_length, head_to_store
 from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, StartedFetch
+from harvest_cache.server.guard import guarded
 from harvest_cache.server.prepared.misses import MissPlan, MissPlans, plan_key, plan_miss
 from harvest_cache.server.prepared.revalidations import RefreshPlan, RefreshPlans, plan_refresh
 from harvest_cache.server.reply import bodyless, framing, interim_relay
@@ -71,9 +70,6 @@ from harvest_cache.upstream.client import Exchange
 from harvest_cache.upstream.connection import ResponseHead, UpstreamConnection
 from harvest_cache.upstream.pool import Pool
 from harvest_common.tasks import TaskSet
-
-log = logging.getLogger("harvest_cache")
-P = ParamSpec("P")
 
 # Largest body this path takes: it is held whole until it is complete.
 SMALL_BODY = 64 * 1024
@@ -227,70 +223,6 @@ class FastPath:
         if self._running:
             self._all_done = asyncio.get_running_loop().create_future()
             await asyncio.wait([self._all_done], timeout=grace)
-
-
-class Step(Protocol):
-    """A fetch, as its guard sees it."""
-
-    @property
-    def key(self) -> str: ...
-
-    def abandon(self) -> None: ...
-
-
-S = TypeVar("S", bound=Step)
-
-
-def guarded(step: Callable[Concatenate[S, P], None]) -> Callable[Concatenate[S, P], None]:
-    """Run a step called from a parser or the loop; a bug in it must cost one request (its
-    connections closed), never leave a client waiting for ever."""
-
-    # Steps of no argument or one (most, and those run on every request) get a wrapper that
-    # passes it as it is: packing arguments costs more than the guard itself.
-    arity = _plain_arity(step)
-    plain: Callable[..., None] = step
-    if arity == 0:
-
-        def run_bare(fetch: S) -> None:
-            try:
-                plain(fetch)
-            except Exception:
-                _failed(fetch)
-
-        return cast(Callable[Concatenate[S, P], None], run_bare)
-    if arity == 1:
-
-        def run_one(fetch: S, arg: object) -> None:
-            try:
-                plain(fetch, arg)
-            except Exception:
-                _failed(fetch)
-
-        return cast(Callable[Concatenate[S, P], None], run_one)
-
-    def run(fetch: S, /, *args: P.args, **kwargs: P.kwargs) -> None:
-        try:
-            step(fetch, *args, **kwargs)
-        except Exception:
-            _failed(fetch)
-
-    return run
-
-
-def _plain_arity(step: Callable[..., None]) -> int | None:
-    """How many arguments ``step`` takes after the fetch, if it takes only plain positional
-    ones (no defaults, no keywords, no packing); else None."""
-    code = getattr(step, "__code__", None)
-    if code is None or getattr(step, "__defaults__", None) or code.co_kwonlyargcount:
-        return None
-    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
-        return None
-    return int(code.co_argcount) - 1
-
-
-def _failed(fetch: Step) -> None:
-    log.exception("fast fetch failed for %s", fetch.key)
-    fetch.abandon()
 
 
 def write_answer(conn: ClientConnection, head: bytes, body: bytes) -> bool:

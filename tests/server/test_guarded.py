@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from harvest_cache.server.fast_fetch import guarded
+from harvest_cache.server.guard import guarded
 
 
 class Fetch:
