@@ -689,6 +689,9 @@ class Run:
     errors: dict[str, int]
     origin_requests: int
     proxy_cpu_percent: float
+    # The proxy's CPU time per request answered (user + system, microseconds): steadier on a
+    # shared machine than req/s.
+    proxy_cpu_us: float
     client_cpu_percent: float
     origin_cpu_percent: float
     others_core0_percent: float  # processes other than the proxy on its core
@@ -772,6 +775,7 @@ def to_run(
         errors={k: v for k, v in raw["errors"].items() if v},
         origin_requests=origin_requests,
         proxy_cpu_percent=round(100 * cpu / seconds, 1),
+        proxy_cpu_us=round(1e6 * cpu / max(raw["requests"], 1), 2),
         client_cpu_percent=round(100 * client_cpu / seconds, 1),
         origin_cpu_percent=round(100 * origin_cpu / seconds, 1),
         others_core0_percent=round(max(0.0, 100 * (task(PROXY_CPU) - cpu) / seconds), 1),
@@ -796,6 +800,7 @@ class ScenarioResult:
     peak_rss_mib: float
     origin_requests_per_request: float
     proxy_cpu_percent: float
+    proxy_cpu_us: float
     client_cpu_percent: float
     origin_cpu_percent: float
     log_codes: dict[str, int]
@@ -915,7 +920,7 @@ def bench_system(
                 say(
                     f"  {scn.name:9} run {r + 1}/{args.repeats}: {run.rps:11,.0f} req/s"
                     f" {run.mibps:9,.1f} MiB/s  p50 {run.p50_ms:7.2f} ms  p99 {run.p99_ms:7.2f} ms"
-                    f"  cpu {run.proxy_cpu_percent:3.0f}%"
+                    f"  cpu {run.proxy_cpu_percent:3.0f}% ({run.proxy_cpu_us:.1f} us/req)"
                     f" (wrk {run.client_cpu_percent:.0f}%, origin {run.origin_cpu_percent:.0f}%,"
                     f" others {run.others_core0_percent:.0f}%/{run.others_core1_percent:.0f}%,"
                     f" steal {run.steal_percent:.0f}%)"
@@ -934,6 +939,7 @@ def bench_system(
                     sum(r.origin_requests for r in runs) / max(requests, 1), 4
                 ),
                 proxy_cpu_percent=median([r.proxy_cpu_percent for r in runs]),
+                proxy_cpu_us=median([r.proxy_cpu_us for r in runs]),
                 client_cpu_percent=median([r.client_cpu_percent for r in runs]),
                 origin_cpu_percent=median([r.origin_cpu_percent for r in runs]),
                 log_codes=dict(proxy.log_codes(log_start, measured_since).most_common()),
@@ -955,6 +961,7 @@ MEDIANS = (
     "p50_ms",
     "p99_ms",
     "proxy_cpu_percent",
+    "proxy_cpu_us",
     "client_cpu_percent",
     "origin_cpu_percent",
 )
@@ -1058,7 +1065,7 @@ def ratios(results: dict[str, Any], scenarios: list[Scenario], memory_mb: int) -
 def table(report: dict[str, Any], scenarios: list[Scenario], out: TextIO) -> None:
     head = (
         f"{'scenario':9} {'system':8} {'req/s':>10} {'MiB/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
-        f" {'RSS MiB':>8} {'cpu0%':>5} {'cpu1%':>5} {'orig/req':>8}  log"
+        f" {'RSS MiB':>8} {'cpu0%':>5} {'us/req':>7} {'cpu1%':>5} {'orig/req':>8}  log"
     )
     print("\n" + head, file=out)
     print("-" * len(head), file=out)
@@ -1084,7 +1091,7 @@ def table(report: dict[str, Any], scenarios: list[Scenario], out: TextIO) -> Non
             print(
                 f"{scn.name:9} {system:8} {r['rps']:10,.0f} {r['mibps']:9,.1f}"
                 f" {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['peak_rss_mib']:8.1f}"
-                f" {r['proxy_cpu_percent']:5.0f}"
+                f" {r['proxy_cpu_percent']:5.0f} {r['proxy_cpu_us']:7.1f}"
                 f" {r['client_cpu_percent'] + r['origin_cpu_percent']:5.0f}"
                 f" {r['origin_requests_per_request']:8.3f}  {log}"
                 + ("  SUSPECT" if r["checks"] else ""),

@@ -206,7 +206,28 @@ class Proxy:
         client_ip = conn.client_ip
         if not self._admits(client_ip, target):
             return Answered.NO
-        if self._serve_hit(conn, method, target, version, keep_alive):
+        # A prepared hit, answered here (on every hit: no frame of its own).
+        now = time.time()
+        entry = self._hot.lookup(target, now)
+        if entry is not None:
+            head_only = method == b"HEAD"
+            answer = self._hot.head(entry, now, not keep_alive, version == "1.0")
+            size = len(answer)
+            if head_only:
+                conn.write(answer)
+            else:
+                if entry.pages is None:
+                    conn.write_response(answer, entry.body)
+                else:
+                    conn.write_paged(answer, entry.body, entry.pages.fd)
+                size += len(entry.body)
+            status = entry.obj.head.status
+            traffic = self._traffic
+            counts = traffic.fast_hits
+            counts[method, status] = counts.get((method, status), 0) + 1
+            traffic.bytes_to_clients += size
+            if self._log.enabled:
+                self._log.write(self._hot.log_line(entry, now, conn.client_bytes, size, head_only))
             return Answered.HIT
         if method != b"GET":
             return Answered.NO
@@ -230,34 +251,6 @@ class Proxy:
             return Answered.NO
         req = Request("GET", raw, version, Headers.from_raw(fields), keep_alive, time.monotonic())
         return Answered.FETCH if fast.fetch(conn, req, origin) else Answered.NO
-
-    def _serve_hit(
-        self, conn: ClientConnection, method: bytes, target: bytes, version: str, keep_alive: bool
-    ) -> bool:
-        """Answer from a prepared hit; False if there is none for ``target`` now."""
-        now = time.time()
-        entry = self._hot.lookup(target, now)
-        if entry is None:
-            return False
-        head_only = method == b"HEAD"
-        head = self._hot.head(entry, now, not keep_alive, version == "1.0")
-        size = len(head)
-        if head_only:
-            conn.write(head)
-        else:
-            if entry.pages is None:
-                conn.write_response(head, entry.body)
-            else:
-                conn.write_paged(head, entry.body, entry.pages.fd)
-            size += len(entry.body)
-        status = entry.obj.head.status
-        traffic = self._traffic
-        fast = traffic.fast_hits
-        fast[method, status] = fast.get((method, status), 0) + 1
-        traffic.bytes_to_clients += size
-        if self._log.enabled:
-            self._log.write(self._hot.log_line(entry, now, conn.client_bytes, size, head_only))
-        return True
 
     def _admits(self, client_ip: str, target: bytes) -> bool:
         """Whether a fast path may answer the client at ``client_ip`` for ``target`` (others
