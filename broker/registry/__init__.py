@@ -8,7 +8,7 @@ SQLite connections and their threads (store), and the schema with every statemen
 """
 
 from broker.registry.changes import Change
-from broker.registry.database import DAY, Registry
+from broker.registry.database import DAY, Registry, RegistryStats
 from broker.registry.objects import CollectionState, Stored
 from broker.registry.pulls import Applied, Pull, PullContext
 from broker.registry.replica import ReplicaApplied, ReplicaChange
@@ -21,6 +21,7 @@ __all__ = [
     "Pull",
     "PullContext",
     "Registry",
+    "RegistryStats",
     "ReplicaApplied",
     "ReplicaChange",
     "Stored",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from broker.registry.changes import (
@@ -45,6 +46,19 @@ from harvest_common.replication.version import Version
 from harvest_common.replication.wire import Entry
 
 DAY = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryStats:
+    """What the registry reports: the objects it holds, its change sequence (the last number
+    given, the oldest still answered exactly, the highest the index reflects) and every
+    collection that has committed a pull."""
+
+    objects: int
+    last_seq: int
+    oldest_seq: int
+    indexed_seq: int
+    collections: dict[str, CollectionState]
 
 
 def _open_writer(path: Path, retention: float, member: str) -> Store:
@@ -161,6 +175,16 @@ class Registry:
         await self._writer.call(mark_indexed, seq)
 
     # -- reads ------------------------------------------------------------------------------
+
+    async def stats(self) -> RegistryStats:
+        """What the registry holds now (for the status routes and metrics)."""
+        return RegistryStats(
+            objects=await self.count(),
+            last_seq=await self.last_seq(),
+            oldest_seq=await self.oldest_seq(),
+            indexed_seq=await self.indexed_seq(),
+            collections=await self.collections(),
+        )
 
     async def get(self, oid: str) -> Stored | None:
         return await self._reader.call(get_object, oid)
