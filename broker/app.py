@@ -14,18 +14,21 @@ import logging
 import socket
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
+from broker.api import make_app
 from broker.collector import Collector, PullResult
-from broker.config import CollectionConfig, Config
+from broker.config import INDEX_DIR, REGISTRY_FILE, Config
 from broker.errors import BrokerError, IndexNotReady
 from broker.index.tantivy_engine import TantivyIndex
 from broker.registry import Registry
 from broker.scheduler import Scheduler
 from broker.search import Page, Searcher
+from broker.services import ChangeSignal, Settings
+from broker.stats import BrokerStats, GcStats, IndexStats
 from broker.sync import IndexSync, Reconciled
 from harvest_common.lifecycle import Owned
+from harvest_common.software import software_version
 from harvest_common.tasks import TaskSet
 from harvest_common.web_site import listening
 
@@ -36,43 +39,10 @@ log = logging.getLogger(__name__)
 CATCH_UP_DELAY = 0.5
 CATCH_UP_MAX = 5.0
 
-REGISTRY_FILE = "registry.db"
-INDEX_DIR = "index"
-
-
-@dataclass(slots=True)
-class Settings:
-    """What administrators may change while the broker runs."""
-
-    default_ttl: float
-    collections: dict[str, CollectionConfig] = field(default_factory=dict)
-
-
-class ChangeSignal:
-    """Wakes those waiting for the registry to change (replicators' long polls). Take
-    ``current()`` before reading the registry, then wait on it: a change in between is not
-    missed."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-        self.closed = False
-
-    def current(self) -> asyncio.Event:
-        return self._event
-
-    def notify(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    def close(self) -> None:
-        """Wake every waiter for good: the broker is stopping (a long poll must not hold its
-        web server open until the poll's end)."""
-        self.closed = True
-        self.notify()
-
 
 class Broker(Owned):
-    """Start with ``await Broker.start(config)``; ``address`` is where it listens."""
+    """Start with ``await Broker.start(config)``; ``address`` is where it listens. Its web
+    application sees it as ``Services`` (broker/services.py)."""
 
     def __init__(self, config: Config) -> None:
         super().__init__()
@@ -83,7 +53,7 @@ class Broker(Owned):
         self.index: TantivyIndex
         self.sync: IndexSync
         self.searcher: Searcher
-        self.scheduler: Scheduler
+        self.scheduler: Scheduler | None = None  # made after the web server is up
         self.address: tuple[str, int] = ("", 0)
         self._changes = asyncio.Lock()  # one writer of the index at a time
         # Set once the index holds the registry's objects (at once, unless it is new).
@@ -113,8 +83,6 @@ class Broker(Owned):
         await super().stop()
 
     async def _open(self) -> None:
-        from broker.api import make_app  # the API module imports this one
-
         directory = self.config.broker.data_dir
         await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
         stack = self._stack
@@ -183,6 +151,23 @@ class Broker(Owned):
             return filling
         added, total = self.sync.filling
         return f"{filling}: {added:,} of {total:,} objects"
+
+    async def stats(self) -> BrokerStats:
+        """What the broker reports now (for the status routes and metrics)."""
+        statuses = self.scheduler.status() if self.scheduler is not None else {}
+        return BrokerStats(
+            started=self.started,
+            version=software_version(),
+            registry=await self.registry.stats(),
+            index=IndexStats(
+                documents=await self.index.count(),
+                ready=self.index_ready.is_set(),
+                state=self.index_state(),
+                filling=self.sync.filling,
+            ),
+            pulls=statuses,
+            gc=GcStats(self.gc_runs, self.gc_failures, self.gc_last),
+        )
 
     async def catch_up(self) -> int:
         """Bring the index up to the registry: after a pull, or a change made outside the

@@ -36,9 +36,9 @@ import aiohttp
 import uvloop
 
 from broker import hsr
-from broker.app import INDEX_DIR, REGISTRY_FILE, Broker
+from broker.app import Broker
 from broker.collector import Collector
-from broker.config import Config, load, reference
+from broker.config import INDEX_DIR, REGISTRY_FILE, Config, load, reference
 from broker.errors import BrokerError, CollectError, ConfigError
 from broker.index.tantivy_engine import TantivyIndex
 from broker.registry import Registry

@@ -36,6 +36,10 @@ from harvest_common.hsr_client import HsrSettings
 
 DAY = 86400.0
 
+# What ``broker.data_dir`` holds: the registry's database file and the index's directory.
+REGISTRY_FILE = "registry.db"
+INDEX_DIR = "index"
+
 
 def optional_text(v: Any) -> str | None:
     return None if v == "" else text(v)

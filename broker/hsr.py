@@ -37,7 +37,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -46,12 +46,10 @@ from broker.errors import BrokerError, QuerySyntaxError
 from broker.metrics import BrokerMetrics
 from broker.oid import GATHERER_ATTRIBUTES, oid
 from broker.registry import Stored
+from broker.services import Services
 from harvest_common.errors import SoifError
 from harvest_common.hsr_client import TYPES, seconds_text
 from harvest_common.soif import Record, decode
-
-if TYPE_CHECKING:
-    from broker.app import Broker
 
 log = logging.getLogger(__name__)
 
@@ -160,17 +158,17 @@ class Registration:
         }
 
 
-async def accept(broker: Broker, record: Record, now: float) -> Registration:
+async def accept(services: Services, record: Record, now: float) -> Registration:
     """Validate ``record`` and store it in the ``hsr`` collection (a new registration, or a
     renewal of the same URL's), then bring the index up to date."""
     stored = validate(record, now)
     key = oid(COLLECTION, stored.url)
-    before = await broker.registry.get(key)
-    async with broker.registry.begin(COLLECTION) as pull:
+    before = await services.registry.get(key)
+    async with services.registry.begin(COLLECTION) as pull:
         await pull.add([stored])
         await pull.commit(cursor=None, complete=False, now=now, default_ttl=DEFAULT_TTL)
-    await broker.catch_up()
-    after = await broker.registry.get(key)
+    await services.catch_up()
+    after = await services.registry.get(key)
     expires = after.expires if after is not None else now + DEFAULT_TTL
     return Registration(key, stored.url, record.template.lower(), expires, before is not None)
 
@@ -217,14 +215,14 @@ def _is_number(text: str) -> bool:
 class HsrService:
     """The HSR's handlers over one broker."""
 
-    def __init__(self, broker: Broker, metrics: BrokerMetrics) -> None:
-        self._broker = broker
+    def __init__(self, services: Services, metrics: BrokerMetrics) -> None:
+        self._services = services
         self._metrics = metrics
 
     async def register(self, request: web.Request) -> web.Response:
         try:
             body = await _body(request, MAX_BODY)
-            registration = await accept(self._broker, parse_body(body), time.time())
+            registration = await accept(self._services, parse_body(body), time.time())
         except RegistrationError:
             self._metrics.hsr_registrations.labels("invalid", "invalid").inc()
             raise
@@ -244,12 +242,12 @@ class HsrService:
         now = time.time()
         try:
             with self._metrics.query("hsr"):
-                page = await self._broker.search(text, limit=MAX_LIST)
+                page = await self._services.search(text, limit=MAX_LIST)
         except QuerySyntaxError as error:
             # Positions refer to the q parameter, not to the query it was wrapped in.
             offset = len(text) - len(extra) - 1
             raise QuerySyntaxError(extra, max(0, error.position - offset), error.reason) from None
-        stored = await self._broker.registry.get_many(r.oid for r in page.results)
+        stored = await self._services.registry.get_many(r.oid for r in page.results)
         servers = [
             server_json(s)
             for r in page.results
@@ -273,7 +271,7 @@ async def _body(request: web.Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def add_routes(app: web.Application, broker: Broker, metrics: BrokerMetrics) -> None:
-    service = HsrService(broker, metrics)
+def add_routes(app: web.Application, services: Services, metrics: BrokerMetrics) -> None:
+    service = HsrService(services, metrics)
     app.router.add_post("/api/hsr/register", service.register)
     app.router.add_get("/api/hsr", service.list)

@@ -1,10 +1,11 @@
-"""The broker's Prometheus metrics: what its request paths count, and what is read from the
-running broker at scrape time.
+"""The broker's Prometheus metrics: what its request paths count, and what the broker reports
+at scrape time.
 
 Every metric lives in the broker's own ``CollectorRegistry`` (several brokers can run in one
 process, as the tests do). Request paths feed counters and the query latency histogram; the
-gauges and the pull counters are read from the registry, the index and the scheduler when
-``/metrics`` is scraped (``exposition``), so the collector and scheduler need no hooks.
+gauges and the pull counters are made from the ``BrokerStats`` (broker/stats.py) that
+``/metrics`` hands to ``exposition``, so the collector and scheduler need no hooks. This
+module reads values only: it knows no component.
 
 Label values are bounded by construction: interfaces, outcomes, modes and server types are
 fixed sets; routes are the application's registered ones; a collection label is a scheduled
@@ -19,8 +20,6 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -33,11 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from broker.errors import QuerySyntaxError
-from harvest_common.software import software_version
-
-if TYPE_CHECKING:
-    from broker.app import Broker
-    from broker.scheduler import CollectionStatus
+from broker.stats import BrokerStats
 
 # Seconds: from a cached term lookup (a fraction of a millisecond) to a regular expression
 # checked over thousands of candidates.
@@ -49,61 +44,50 @@ OTHER = "other"  # the collection label of objects whose collection is no longer
 HSR_COLLECTION = "hsr"
 
 
-@dataclass(slots=True)
-class Snapshot:
-    """What a scrape reads from the running broker (filled by ``exposition``)."""
-
-    objects: int = 0
-    by_collection: dict[str, int] = field(default_factory=dict)
-    index_documents: int = 0
-    index_ready: bool = False
-    last_seq: int = 0
-    indexed_seq: int = 0
-    collections: dict[str, CollectionStatus] = field(default_factory=dict)
-    gc_runs: int = 0
-    gc_failures: int = 0
-    gc_last: float | None = None
-    started: float = 0.0
-    version: str = "unknown"
-
-
 class _Scraped(Collector):
-    """Yields the families read at scrape time from the latest Snapshot."""
+    """Yields the families made from the latest BrokerStats (none before the first scrape)."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
         self._metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
-        s = self._metrics.snapshot
+        s = self._metrics.reported
+        if s is None:
+            return
+        registry = s.registry
         yield GaugeMetricFamily(
-            "harvest_broker_objects", "Objects in the registry.", value=s.objects
+            "harvest_broker_objects", "Objects in the registry.", value=registry.objects
         )
         objects = GaugeMetricFamily(
             "harvest_broker_collection_objects",
             "Objects in the registry by collection.",
             labels=["collection"],
         )
-        for name, count in sorted(s.by_collection.items()):
+        by_collection: dict[str, int] = {}
+        for name, state in registry.collections.items():
+            label = name if name in s.pulls or name == HSR_COLLECTION else OTHER
+            by_collection[label] = by_collection.get(label, 0) + state.count
+        for name, count in sorted(by_collection.items()):
             objects.add_metric([name], count)
         yield objects
         yield GaugeMetricFamily(
-            "harvest_broker_index_documents", "Objects in the index.", value=s.index_documents
+            "harvest_broker_index_documents", "Objects in the index.", value=s.index.documents
         )
         yield GaugeMetricFamily(
             "harvest_broker_index_ready",
             "1 when searches are answered; 0 while a new index is filled from the registry "
             "(or after filling it failed).",
-            value=int(s.index_ready),
+            value=int(s.index.ready),
         )
         yield GaugeMetricFamily(
             "harvest_broker_change_sequence",
             "The registry's last change number.",
-            value=s.last_seq,
+            value=registry.last_seq,
         )
         yield GaugeMetricFamily(
             "harvest_broker_index_backlog",
             "Change numbers the index has not applied yet (0 when it is up to date).",
-            value=max(0, s.last_seq - s.indexed_seq),
+            value=max(0, registry.last_seq - registry.indexed_seq),
         )
         pulls = CounterMetricFamily(
             "harvest_broker_pulls",
@@ -125,7 +109,7 @@ class _Scraped(Collector):
             "1 while a pull of the collection runs.",
             labels=["collection"],
         )
-        for name, status in sorted(s.collections.items()):
+        for name, status in sorted(s.pulls.items()):
             pulls.add_metric([name, "success"], status.pulls - status.failures)
             pulls.add_metric([name, "failure"], status.failures)
             if status.last_success is not None:
@@ -136,14 +120,14 @@ class _Scraped(Collector):
         gc = CounterMetricFamily(
             "harvest_broker_gc_runs", "Garbage collections by outcome.", labels=["outcome"]
         )
-        gc.add_metric(["ok"], s.gc_runs - s.gc_failures)
-        gc.add_metric(["error"], s.gc_failures)
+        gc.add_metric(["ok"], s.gc.runs - s.gc.failures)
+        gc.add_metric(["error"], s.gc.failures)
         yield gc
-        if s.gc_last is not None:
+        if s.gc.last is not None:
             yield GaugeMetricFamily(
                 "harvest_broker_gc_last_timestamp_seconds",
                 "When the last garbage collection ended (epoch seconds).",
-                value=s.gc_last,
+                value=s.gc.last,
             )
         info = GaugeMetricFamily(
             "harvest_broker_info", "The broker's software version.", labels=["version"]
@@ -162,7 +146,7 @@ class BrokerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.snapshot = Snapshot()
+        self.reported: BrokerStats | None = None  # what the last scrape was handed
         self.queries = Counter(
             "harvest_broker_queries",
             "Queries answered, by interface (api, page, hsr) and outcome.",
@@ -230,32 +214,8 @@ class BrokerMetrics:
         found = self.registry.get_sample_value(name, labels or {})
         return 0.0 if found is None or math.isnan(found) else found
 
-    async def exposition(self, broker: Broker) -> bytes:
-        """The Prometheus text exposition, after reading the broker's current state."""
-        await self.refresh(broker)
+    async def exposition(self, stats: BrokerStats) -> bytes:
+        """The Prometheus text exposition, with what the broker reports now."""
+        self.reported = stats
         body = generate_latest(self.registry)
         return body + await asyncio.to_thread(generate_latest, self.process)
-
-    async def refresh(self, broker: Broker) -> None:
-        """Read the broker's state into the snapshot the scrape-time families report."""
-        scheduler = getattr(broker, "scheduler", None)  # None while the broker starts
-        statuses = scheduler.status() if scheduler is not None else {}
-        states = await broker.registry.collections()
-        by_collection: dict[str, int] = {}
-        for name, state in states.items():
-            label = name if name in statuses or name == HSR_COLLECTION else OTHER
-            by_collection[label] = by_collection.get(label, 0) + state.count
-        self.snapshot = Snapshot(
-            objects=await broker.registry.count(),
-            by_collection=by_collection,
-            index_documents=await broker.index.count(),
-            index_ready=broker.index_ready.is_set(),
-            last_seq=await broker.registry.last_seq(),
-            indexed_seq=await broker.registry.indexed_seq(),
-            collections=statuses,
-            gc_runs=broker.gc_runs,
-            gc_failures=broker.gc_failures,
-            gc_last=broker.gc_last,
-            started=broker.started,
-            version=software_version(),
-        )

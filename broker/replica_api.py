@@ -33,18 +33,16 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from aiohttp import web
 
 from broker.errors import ReplicaError
+from broker.services import Services
 from harvest_common.errors import ReplicatorError
 from harvest_common.replication import wire
 from harvest_common.replication.merkle import BUCKET_BITS_DEFAULT, BucketDigests, bucket_of
 from harvest_common.replication.version import Version
-
-if TYPE_CHECKING:
-    from broker.app import Broker
 
 TRANSFER_TYPE: Final = "application/x-harvest-replica"
 MAX_CHANGES: Final = 10_000  # per change list
@@ -104,8 +102,8 @@ class BadReplicaRequest(ReplicaError):
 
 
 class ReplicaService:
-    def __init__(self, broker: Broker, authorize: Authorize) -> None:
-        self._broker = broker
+    def __init__(self, services: Services, authorize: Authorize) -> None:
+        self._services = services
         self._authorize = authorize
         self._snapshots: dict[str, _Snapshot] = {}
         self._computing: dict[str, asyncio.Lock] = {}
@@ -119,14 +117,14 @@ class ReplicaService:
         after = _integer(request.query.get("after", "0"), "after", 0, 2**62)
         limit = _integer(request.query.get("limit", "1000"), "limit", 0, MAX_CHANGES)
         wait = _number(request.query.get("wait", "0"), "wait", 0.0, MAX_WAIT)
-        registry = self._broker.registry
+        registry = self._services.registry
         deadline = time.monotonic() + wait
         while True:
-            signal = self._broker.changed.current()  # before reading: no change is missed
+            signal = self._services.changed.current()  # before reading: no change is missed
             last = await registry.last_seq()
             found = await registry.replica_changes(collection, after, limit)
             remaining = deadline - time.monotonic()
-            if found or remaining <= 0 or limit == 0 or self._broker.changed.closed:
+            if found or remaining <= 0 or limit == 0 or self._services.changed.closed:
                 break
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
@@ -152,7 +150,7 @@ class ReplicaService:
             version = _version(item[1])
             if item[0] not in versions or versions[item[0]] < version:
                 versions[item[0]] = version
-        held = await self._broker.registry.replica_versions(versions)
+        held = await self._services.registry.replica_versions(versions)
         wanted = [oid for oid, v in versions.items() if oid not in held or held[oid] < v]
         return web.json_response({"wanted": wanted})
 
@@ -168,7 +166,7 @@ class ReplicaService:
         # object another collection has taken over), whole.
         found = [
             entry
-            for entry in await self._broker.registry.replica_entries(oids)
+            for entry in await self._services.registry.replica_entries(oids)
             if entry.collection == collection
         ]
         packed = await asyncio.to_thread(wire.pack, found)
@@ -181,12 +179,12 @@ class ReplicaService:
             entries = await asyncio.to_thread(wire.unpack, data)
         except ReplicatorError as error:
             raise BadReplicaRequest(f"transfer refused: {error}") from None
-        applied = await self._broker.registry.apply_replica(collection, entries, now=time.time())
+        applied = await self._services.registry.apply_replica(collection, entries, now=time.time())
         if applied.upserted or applied.removed:
             # The registry is the truth: its changes are announced now, and the index
             # follows in the background (the next batch need not wait for its commit).
-            self._broker.changed.notify()
-            self._broker.catch_up_soon()
+            self._services.changed.notify()
+            self._services.catch_up_soon()
         return web.json_response(
             {
                 "upserted": len(applied.upserted),
@@ -201,7 +199,7 @@ class ReplicaService:
         thread, under the collection's lock (no read sees one half updated)."""
         lock = self._computing.setdefault(collection, asyncio.Lock())
         async with lock:
-            registry = self._broker.registry
+            registry = self._services.registry
             seq = await registry.last_seq()
             snapshot = self._snapshots.get(collection)
             now = time.monotonic()
@@ -290,10 +288,8 @@ async def _json(request: web.Request) -> dict[str, Any]:
     return value
 
 
-def add_routes(
-    app: web.Application, broker: Broker, authorize: Callable[[web.Request], None]
-) -> None:
-    service = ReplicaService(broker, authorize)
+def add_routes(app: web.Application, services: Services, authorize: Authorize) -> None:
+    service = ReplicaService(services, authorize)
     base = "/api/replica/{collection}"
     app.router.add_get(f"{base}/changes", service.changes)
     app.router.add_post(f"{base}/wanted", service.wanted)

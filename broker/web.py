@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
@@ -43,11 +43,9 @@ from markupsafe import Markup, escape
 from broker.errors import QuerySyntaxError
 from broker.metrics import BrokerMetrics
 from broker.search import Page, Result
+from broker.services import Services
 from broker.snippets import END, START
 from harvest_common.software import software_version
-
-if TYPE_CHECKING:
-    from broker.app import Broker
 
 TEMPLATES = ("base.html", "search.html", "help.html", "error.html")
 STYLE_SHEET = "harvest.css"
@@ -213,8 +211,8 @@ def _result_view(result: Result) -> dict[str, Any]:
 class SearchPage:
     """The page's handlers over one broker."""
 
-    def __init__(self, broker: Broker, metrics: BrokerMetrics) -> None:
-        self._broker = broker
+    def __init__(self, services: Services, metrics: BrokerMetrics) -> None:
+        self._services = services
         self._metrics = metrics
         self._templates: dict[str, Template] = {}
         self._assets: Assets | None = None
@@ -233,7 +231,7 @@ class SearchPage:
         self._templates = {name: env.get_template(name) for name in TEMPLATES}
 
     def _render(self, name: str, status: int = 200, **context: Any) -> web.Response:
-        context.setdefault("broker_name", self._broker.config.broker.name)
+        context.setdefault("broker_name", self._services.config.broker.name)
         context.setdefault("version", software_version())
         html = self._templates[name].render(**context)
         return web.Response(
@@ -241,7 +239,7 @@ class SearchPage:
         )
 
     async def index(self, request: web.Request) -> web.Response:
-        max_results = self._broker.config.broker.max_results
+        max_results = self._services.config.broker.max_results
         form = Form.read(request.query, max_results)
         context: dict[str, Any] = {
             "form": form,
@@ -253,7 +251,7 @@ class SearchPage:
         if query:
             try:
                 with self._metrics.query("page"):
-                    page = await self._broker.search(
+                    page = await self._services.search(
                         query, limit=form.n, offset=form.start, case_sensitive=form.case
                     )
             except QuerySyntaxError as error:
@@ -295,9 +293,9 @@ class SearchPage:
         return self._render("error.html", status=status, title=title, message=message)
 
 
-def add_routes(app: web.Application, broker: Broker, metrics: BrokerMetrics) -> SearchPage:
+def add_routes(app: web.Application, services: Services, metrics: BrokerMetrics) -> SearchPage:
     """Serve the search page from ``app``; returns it (for error pages)."""
-    page = SearchPage(broker, metrics)
+    page = SearchPage(services, metrics)
     app.on_startup.append(page.startup)
     app.router.add_get("/", page.index)
     app.router.add_get("/help", page.help)

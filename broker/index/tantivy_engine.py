@@ -33,9 +33,9 @@ from typing import Self, TypeVar
 import tantivy
 
 from broker.errors import EngineError
-from broker.index import schema
 from broker.index.fuzzy import Vocabulary
 from broker.index.interface import Hit, IndexedObject, Results
+from broker.index.schema import OID, TEXT_FIELDS, Analyzer, build_schema, document, field_bit
 from broker.index.translate import Context, translate
 from broker.query.ast import And, Node, Not, Or, Pattern, Word
 
@@ -65,7 +65,7 @@ class _Engine:
 
     def __init__(self, directory: Path, heap_bytes: int, threads: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.schema = schema.build_schema()
+        self.schema = build_schema()
         # Made before the index it marks: a new index is unfilled until ``filled`` removes it,
         # over as many opens as filling it takes.
         self.unfilled_marker = directory / _UNFILLED
@@ -88,7 +88,7 @@ class _Engine:
         # Files no commit refers to: segments replaced by merges that ended after the last
         # commit (tantivy collects garbage only when committing), or a killed commit's.
         self.writer.garbage_collect_files()
-        self.analyzer = schema.Analyzer()
+        self.analyzer = Analyzer()
         # The searcher and its generation (commits made), read and replaced as one value.
         self.current: tuple[int, tantivy.Searcher] = (0, self.index.searcher())
         # The vocabulary and the generation whose terms it holds (-1: none yet).
@@ -109,7 +109,7 @@ class _Engine:
         # The last of several objects with one oid wins, as if added one after the other.
         latest = {obj.oid: obj for obj in objects}
         # Every document first: an object that cannot be indexed fails the batch unwritten.
-        documents = [schema.document(obj, self.schema) for obj in latest.values()]
+        documents = [document(obj, self.schema) for obj in latest.values()]
         # Only an oid the index may hold needs deleting: tantivy runs every delete against
         # every segment, and deleting each batch's oids cost a new index's load about a tenth
         # of its rate. An oid is held if added since the last commit, or (unless a clear
@@ -120,23 +120,19 @@ class _Engine:
         held = [
             oid
             for oid in latest
-            if oid in self.staged or (committed and searcher.doc_freq(schema.OID, oid))
+            if oid in self.staged or (committed and searcher.doc_freq(OID, oid))
         ]
         if held:
             # One delete operation, ordered before the documents that replace them.
-            writer.delete_documents_by_query(
-                tantivy.Query.term_set_query(self.schema, schema.OID, held)
-            )
+            writer.delete_documents_by_query(tantivy.Query.term_set_query(self.schema, OID, held))
         # Before adding: a batch cut short still has its oids deleted if added again.
         self.staged.update(latest)
-        for document in documents:
-            writer.add_document(document)
+        for doc in documents:
+            writer.add_document(doc)
 
     def remove(self, oids: Sequence[str]) -> None:
         writer = self.live_writer()
-        writer.delete_documents_by_query(
-            tantivy.Query.term_set_query(self.schema, schema.OID, list(oids))
-        )
+        writer.delete_documents_by_query(tantivy.Query.term_set_query(self.schema, OID, list(oids)))
 
     def commit(self) -> None:
         self.live_writer().commit()
@@ -195,8 +191,8 @@ class _Engine:
         # (a superset: such words cost look-ups that find nothing, and may take places among
         # an approximate word's nearest).
         words = [
-            (term, schema.field_bit(field))
-            for field in schema.TEXT_FIELDS
+            (term, field_bit(field))
+            for field in TEXT_FIELDS
             for term, _ in searcher.terms_with_prefix(field, "")
         ]
         with self.vocabulary_lock:
@@ -234,7 +230,7 @@ def _discard(directory: Path) -> None:
 
 
 def _oid(searcher: tantivy.Searcher, address: tantivy.DocAddress) -> str:
-    oid: str = searcher.doc(address)[schema.OID][0]
+    oid: str = searcher.doc(address)[OID][0]
     return oid
 
 

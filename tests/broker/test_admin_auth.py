@@ -14,7 +14,8 @@ from broker.api import make_app
 from broker.app import Broker
 from tests.broker.test_api import TOKEN, running
 
-# The routes under these prefixes take the admin token (broker/api.py, broker/replica_api.py).
+# The routes under these prefixes take the admin token (broker/api/admin.py,
+# broker/replica_api.py).
 GUARDED = ("/api/admin/", "/api/replica/")
 HOSTILE = [
     b"Bearer \xff\xfe",

@@ -15,7 +15,7 @@ from broker.index.interface import IndexedObject, Results
 from broker.query.ast import Node, Word
 from broker.registry import Registry
 from broker.sync import IndexSync
-from tests.broker.test_registry import pull, rec
+from tests.broker.registry.support import pull, rec
 
 RECORDS = 2_500
 

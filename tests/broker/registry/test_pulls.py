@@ -1,5 +1,5 @@
-"""The registry: staged pulls and their commit, the change sequence, tombstones, expiry,
-reads, index synchronisation, crashes, concurrency and storage errors."""
+"""Pulls into the registry (broker/registry/pulls.py): staged items and their commit, aborts,
+exceptions and a pull killed mid-stream."""
 
 from __future__ import annotations
 
@@ -7,113 +7,31 @@ import asyncio
 import signal
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Sequence
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from broker.errors import StorageError
-from broker.oid import oid
-from broker.registry import DAY, Applied, Change, Registry, Stored
-from harvest_common.soif import Delete, Item, Record, Refresh, Update
-
-NOW = 1_000_000.0
-DEFAULT_TTL = 500.0
-G = "G@g.example:8500"
-H = "H@h.example:8500"
-STAMP_G = (("Gatherer-Name", b"G"), ("Gatherer-Host", b"g.example"), ("Gatherer-Port", b"8500"))
-STAMP_H = (("Gatherer-Name", b"H"), ("Gatherer-Host", b"h.example"), ("Gatherer-Port", b"8500"))
-
-
-def rec(
-    url: str,
-    title: str = "T",
-    *,
-    stamp: tuple[tuple[str, bytes], ...] = STAMP_G,
-    ttl: str | None = None,
-    update_time: str | None = None,
-) -> Record:
-    attributes = [("Title", title.encode()), *stamp]
-    if ttl is not None:
-        attributes.append(("Time-to-Live", ttl.encode()))
-    if update_time is not None:
-        attributes.append(("Update-Time", update_time.encode()))
-    return Record("FILE", url, tuple(attributes))
-
-
-def wrapper(
-    url: str, *, stamp: tuple[tuple[str, bytes], ...] = (), ttl: str | None = None
-) -> Record:
-    """A @REFRESH or @DELETE object as a gatherer sends it: URL, Update-Time, maybe more."""
-    attributes = [("Update-Time", b"123.000000"), *stamp]
-    if ttl is not None:
-        attributes.append(("Time-to-Live", ttl.encode()))
-    return Record("FILE", url, tuple(attributes))
-
-
-def gid(url: str, gatherer: str = G) -> str:
-    return oid(gatherer, url)
-
-
-async def pull(
-    registry: Registry,
-    collection: str,
-    items: Sequence[Item],
-    *,
-    cursor: str | None = "c1",
-    complete: bool = False,
-    now: float = NOW,
-    default_ttl: float = DEFAULT_TTL,
-) -> Applied:
-    async with registry.begin(collection) as staged:
-        await staged.add(items)
-        return await staged.commit(
-            cursor=cursor, complete=complete, now=now, default_ttl=default_ttl
-        )
-
-
-async def stored(registry: Registry, key: str) -> Stored:
-    found = await registry.get(key)
-    assert found is not None
-    return found
-
-
-async def everything(registry: Registry) -> list[Change]:
-    return await registry.changes_since(0, limit=1_000_000)
-
-
-def summary(changes: list[Change]) -> list[tuple[str, str]]:
-    return [(change.kind, change.url) for change in changes]
-
-
-def table_counts(path: Path) -> dict[str, int]:
-    """Rows per table, read past the registry (the tests may block); checks that every
-    record has exactly one owner: an object, a staged upsert or the garbage."""
-    with closing(sqlite3.connect(path)) as conn:
-        tables = ("objects", "records", "staging", "garbage", "tombstones", "collections")
-        counts = {
-            table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in tables
-        }
-        owners = conn.execute(
-            "SELECT record FROM objects UNION ALL SELECT record FROM garbage"
-            " UNION ALL SELECT record FROM staging WHERE record IS NOT NULL"
-        ).fetchall()
-        records = conn.execute("SELECT id FROM records").fetchall()
-    assert sorted(owners) == sorted(records)
-    return counts
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "registry.db"
-
-
-@pytest.fixture
-async def registry(path: Path) -> AsyncIterator[Registry]:
-    async with await Registry.open(path) as opened:
-        yield opened
-
+from broker.registry import Applied, Registry
+from harvest_common.soif import Delete, Refresh, Update
+from tests.broker.registry.support import (
+    DEFAULT_TTL,
+    NOW,
+    STAMP_G,
+    STAMP_H,
+    G,
+    H,
+    everything,
+    gid,
+    pull,
+    rec,
+    state_of,
+    stored,
+    summary,
+    table_counts,
+    wrapper,
+)
 
 # -- commit semantics ----------------------------------------------------------------------
 
@@ -369,15 +287,6 @@ async def test_concurrent_pulls_into_two_collections_stay_apart(registry: Regist
 # -- abort, exceptions, crashes ------------------------------------------------------------
 
 
-async def state_of(registry: Registry) -> tuple[object, ...]:
-    return (
-        await registry.oids(),
-        await registry.collections(),
-        await registry.last_seq(),
-        await everything(registry),
-    )
-
-
 async def test_abort_applies_nothing_and_drops_the_staging(registry: Registry, path: Path) -> None:
     await pull(registry, "g", [rec("http://a/"), rec("http://b/")], cursor="kept")
     before = await state_of(registry)
@@ -518,253 +427,3 @@ async def test_a_pull_killed_mid_stream_applies_nothing_and_is_dropped_at_open(
         assert await registry.cursor("g") == "kept"
     counts = table_counts(path)
     assert (counts["staging"], counts["garbage"], counts["records"]) == (0, 0, 1)
-
-
-# -- the change sequence, tombstones, expiry -----------------------------------------------
-
-
-async def test_changes_since_reports_the_current_state_in_seq_order(registry: Registry) -> None:
-    await pull(registry, "g", [rec("http://a/"), rec("http://b/"), rec("http://c/")])  # 1 2 3
-    await pull(registry, "g", [Delete(wrapper("http://b/"))])  # 4
-    await pull(registry, "g", [rec("http://a/", "again", update_time="1700000000.5")])  # 5
-    await pull(registry, "g", [rec("http://d/")])  # 6
-
-    changes = await everything(registry)
-
-    assert [(c.seq, c.kind, c.url) for c in changes] == [
-        (3, "upsert", "http://c/"),
-        (4, "remove", "http://b/"),
-        (5, "upsert", "http://a/"),
-        (6, "upsert", "http://d/"),
-    ]
-    assert changes[2].record == rec("http://a/", "again", update_time="1700000000.5")
-    assert (changes[2].collection, changes[2].gatherer) == ("g", G)
-    # The object's Update-Time, as the registry holds it (an index needs nothing more).
-    assert [c.update_time for c in changes] == [None, None, 1700000000.5, None]
-    assert summary(await registry.changes_since(4, limit=10)) == [
-        ("upsert", "http://a/"),
-        ("upsert", "http://d/"),
-    ]
-    assert await registry.changes_since(6, limit=10) == []
-    # Paging with the last seq seen gives the same, in pieces.
-    paged: list[Change] = []
-    while page := await registry.changes_since(paged[-1].seq if paged else 0, limit=3):
-        assert len(page) <= 3
-        paged += page
-    assert paged == changes
-
-
-async def test_an_object_brought_back_is_reported_as_an_upsert_only(registry: Registry) -> None:
-    await pull(registry, "g", [rec("http://a/")])
-    await pull(registry, "g", [Delete(wrapper("http://a/"))])
-    await pull(registry, "g", [rec("http://a/", "back")])
-    assert [(c.seq, c.kind) for c in await everything(registry)] == [(3, "upsert")]
-
-
-async def test_expire_removes_what_is_due_leaving_tombstones(registry: Registry) -> None:
-    await pull(
-        registry,
-        "g",
-        [
-            rec("http://short/", ttl="10"),
-            rec("http://edge/", ttl="20"),
-            rec("http://long/", ttl="99"),
-        ],
-    )
-
-    assert await registry.expire(NOW + 5) == ()
-    removed = await registry.expire(NOW + 20)  # "expires <= now" is due
-
-    assert removed == (gid("http://edge/"), gid("http://short/"))  # in URL order
-    assert await registry.oids() == {gid("http://long/")}
-    assert summary(await registry.changes_since(3, limit=10)) == [
-        ("remove", "http://edge/"),
-        ("remove", "http://short/"),
-    ]
-
-
-async def test_old_tombstones_are_dropped_once_indexed_and_oldest_seq_moves_past_them(
-    path: Path,
-) -> None:
-    async with await Registry.open(path, tombstone_retention=DAY) as registry:
-        await pull(registry, "g", [rec(f"http://{name}/", ttl="1000000") for name in "abcd"])
-        await pull(registry, "g", [Delete(wrapper("http://a/"))], now=NOW)  # seq 5
-        await pull(registry, "g", [Delete(wrapper("http://b/"))], now=NOW + DAY)  # seq 6
-        assert await registry.oldest_seq() == 0
-
-        # Past the retention, but the index has yet to apply them: kept.
-        await registry.expire(NOW + 3 * DAY)
-        assert summary(await registry.changes_since(4, 10))[:2] == [
-            ("remove", "http://a/"),
-            ("remove", "http://b/"),
-        ]
-        await registry.mark_indexed(6)
-        await registry.expire(NOW + DAY + 1)  # a's is over a day old, b's is not
-
-        assert await registry.oldest_seq() == 5
-        assert summary(await registry.changes_since(5, 10)) == [("remove", "http://b/")]
-        await registry.expire(NOW + 3 * DAY)
-        assert await registry.oldest_seq() == 6
-        assert await registry.changes_since(5, 10) == []
-        # The live objects stay answerable from the start.
-        assert summary(await everything(registry)) == [
-            ("upsert", "http://c/"),
-            ("upsert", "http://d/"),
-        ]
-    async with await Registry.open(path) as registry:
-        assert await registry.oldest_seq() == 6
-
-
-async def test_indexed_seq_marks_what_the_index_has_yet_to_apply(registry: Registry) -> None:
-    async def backlog(limit: int) -> list[Change]:
-        return await registry.changes_since(await registry.indexed_seq(), limit)
-
-    await pull(registry, "g", [rec("http://a/"), rec("http://b/")])
-    await pull(registry, "g", [Delete(wrapper("http://a/"))])
-    assert await registry.indexed_seq() == 0
-    assert await backlog(10) == await everything(registry)
-
-    await registry.mark_indexed(2)
-    assert summary(await backlog(10)) == [("remove", "http://a/")]
-    await registry.mark_indexed(3)
-    assert await backlog(10) == []
-    await registry.mark_indexed(0)  # before a rebuild
-    assert len(await backlog(1)) == 1
-    with pytest.raises(ValueError, match="outside"):
-        await registry.mark_indexed(4)
-    with pytest.raises(ValueError, match="outside"):
-        await registry.mark_indexed(-1)
-
-
-# -- reads ---------------------------------------------------------------------------------
-
-
-async def test_get_many_and_by_url(registry: Registry) -> None:
-    await pull(registry, "b", [rec("http://a/", stamp=STAMP_H)])
-    await pull(registry, "a", [rec("http://a/"), rec("http://z/")])
-
-    many = await registry.get_many([gid("http://a/"), gid("http://a/", H), "0" * 32])
-    assert set(many) == {gid("http://a/"), gid("http://a/", H)}
-    assert many[gid("http://a/", H)].record == rec("http://a/", stamp=STAMP_H)
-    assert await registry.get_many([]) == {}
-    assert len(await registry.get_many(await registry.oids())) == 3
-    assert [(s.collection, s.gatherer) for s in await registry.by_url("http://a/")] == [
-        ("a", G),
-        ("b", H),
-    ]
-    assert await registry.by_url("http://none/") == []
-    assert await registry.get("0" * 32) is None
-
-
-async def test_forget_removes_a_collection_and_its_objects(registry: Registry) -> None:
-    await pull(registry, "a", [rec("http://1/"), rec("http://2/")], cursor="ca")
-    await pull(registry, "b", [rec("http://3/")], cursor="cb")
-
-    removed = await registry.forget("a", now=NOW)
-
-    assert removed == (gid("http://1/"), gid("http://2/"))
-    assert await registry.oids() == {gid("http://3/")}
-    assert set(await registry.collections()) == {"b"}
-    assert await registry.cursor("a") is None
-    assert summary(await registry.changes_since(3, 10)) == [
-        ("remove", "http://1/"),
-        ("remove", "http://2/"),
-    ]
-    assert await registry.forget("unknown", now=NOW) == ()
-
-
-async def test_dropped_records_are_freed_in_chunks_before_the_next_write_or_at_open(
-    path: Path,
-) -> None:
-    async with await Registry.open(path) as registry:
-        await pull(registry, "g", [rec(f"http://{i}/") for i in range(300)])
-        await pull(registry, "h", [rec("http://h/", stamp=STAMP_H)])
-        assert len(await registry.forget("g", now=NOW)) == 300
-        assert table_counts(path)["garbage"] == 300
-        await registry.begin("h")  # several chunks
-        assert [table_counts(path)[table] for table in ("garbage", "records")] == [0, 1]
-
-        await registry.forget("h", now=NOW)
-        assert table_counts(path)["garbage"] == 1
-    async with await Registry.open(path):
-        assert [table_counts(path)[table] for table in ("garbage", "records")] == [0, 0]
-
-
-async def test_everything_survives_reopening(path: Path) -> None:
-    async with await Registry.open(path) as registry:
-        await pull(registry, "g", [rec("http://a/"), rec("http://b/")])
-        await pull(registry, "g", [Delete(wrapper("http://b/"))], cursor="c9")
-        await registry.mark_indexed(2)
-        before = await state_of(registry)
-
-    async with await Registry.open(path) as registry:
-        assert await state_of(registry) == before
-        assert await registry.indexed_seq() == 2
-        assert await registry.cursor("g") == "c9"
-        await pull(registry, "g", [rec("http://c/")])
-        assert (await stored(registry, gid("http://c/"))).seq == 4  # the sequence goes on
-
-
-# -- concurrency and errors ----------------------------------------------------------------
-
-
-async def test_many_calls_in_flight_run_off_the_event_loop(registry: Registry) -> None:
-    await pull(registry, "g", [rec(f"http://{i}/") for i in range(200)])
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    ticking = asyncio.create_task(ticker())
-    many = [rec(f"http://{i}/", "x" * 4000, stamp=STAMP_H) for i in range(2000)]
-    big = asyncio.create_task(pull(registry, "h", many))
-    reads = [asyncio.create_task(registry.get(gid(f"http://{i}/"))) for i in range(200)]
-    await asyncio.gather(big, *reads)
-    ticking.cancel()
-
-    found = [read.result() for read in reads]
-    assert [None if s is None else s.url for s in found] == [f"http://{i}/" for i in range(200)]
-    assert len(big.result().upserted) == 2000
-    assert ticks > 100  # the loop kept running while the thread worked
-
-
-async def test_a_negative_tombstone_retention_is_refused(path: Path) -> None:
-    with pytest.raises(ValueError, match="retention"):
-        await Registry.open(path, tombstone_retention=-1)
-
-
-async def test_a_directory_as_the_database_is_a_storage_error(tmp_path: Path) -> None:
-    with pytest.raises(StorageError):
-        await Registry.open(tmp_path)
-
-
-async def test_an_unknown_schema_version_is_a_storage_error(path: Path) -> None:
-    with closing(sqlite3.connect(path)) as conn:
-        conn.execute("PRAGMA user_version = 99")
-    with pytest.raises(StorageError, match="version 99"):
-        await Registry.open(path)
-
-
-async def test_a_damaged_record_is_a_storage_error(registry: Registry, path: Path) -> None:
-    await pull(registry, "g", [rec("http://a/")])
-    with closing(sqlite3.connect(path)) as conn, conn:
-        conn.execute("UPDATE records SET soif = x'4040'")
-    with pytest.raises(StorageError, match="not SOIF"):
-        await registry.get(gid("http://a/"))
-
-
-async def test_close_is_idempotent_and_later_calls_fail(path: Path) -> None:
-    registry = await Registry.open(path)
-    staged = await registry.begin("g")
-    await registry.close()
-    await registry.close()
-
-    assert registry.closed
-    with pytest.raises(StorageError, match="closed"):
-        await registry.count()
-    with pytest.raises(StorageError, match="closed"):
-        await registry.begin("g")
-    await staged.abort()  # nothing to do: the next open drops the staging

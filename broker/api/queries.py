@@ -1,0 +1,104 @@
+"""The query API: a page of results, and one object.
+
+::
+
+    GET  /api/search?q=&limit=&offset=&case=0|1    a page of results (JSON)
+    GET  /api/objects/{oid}[?format=soif|json]      one object
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from aiohttp import web
+
+from broker import web as page
+from broker.api.params import BadRequest, flag, integer
+from broker.metrics import BrokerMetrics
+from broker.search import Page
+from broker.services import Services
+from harvest_common.soif import encode
+
+SOIF_TYPE = "application/x-soif"
+DEFAULT_LIMIT = 10
+MAX_OFFSET = 100_000  # deeper pages cost the index more than any client needs
+_OID = re.compile(r"[0-9a-f]{32}")
+
+
+def page_json(page_: Page) -> dict[str, Any]:
+    """A page of results as the search API returns it."""
+    return {
+        "query": page_.query,
+        "total": page_.total,
+        "exact": page_.exact,
+        "offset": page_.offset,
+        "limit": page_.limit,
+        "results": [
+            {
+                "oid": r.oid,
+                "url": r.url,
+                "title": r.title,
+                "gatherer": r.gatherer,
+                "template": r.template,
+                "score": r.score,
+                "update_time": r.update_time,
+                "snippets": [
+                    {"attribute": attribute, "html": page.marked_html(text)}
+                    for attribute, text in r.snippets
+                ],
+            }
+            for r in page_.results
+        ],
+    }
+
+
+class QueryApi:
+    """The query handlers over one broker."""
+
+    def __init__(self, services: Services, metrics: BrokerMetrics) -> None:
+        self._services = services
+        self._metrics = metrics
+
+    async def search(self, request: web.Request) -> web.Response:
+        params = request.query
+        max_results = self._services.config.broker.max_results
+        limit = min(integer(params, "limit", DEFAULT_LIMIT, 1, 10**9), max_results)
+        offset = integer(params, "offset", 0, 0, MAX_OFFSET)
+        case = flag(params, "case")
+        with self._metrics.query("api"):
+            found = await self._services.search(
+                params.get("q", ""), limit=limit, offset=offset, case_sensitive=case
+            )
+        return web.json_response(page_json(found))
+
+    async def object(self, request: web.Request) -> web.Response:
+        key = request.match_info["oid"]
+        shape = request.query.get("format", "soif")
+        if shape not in ("soif", "json"):
+            raise BadRequest(f"format must be soif or json, got {shape[:40]!r}")
+        stored = await self._services.registry.get(key) if _OID.fullmatch(key) else None
+        if stored is None:
+            raise web.HTTPNotFound(
+                text=json.dumps({"error": f"no object {key[:64]!r}"}),
+                content_type="application/json",
+            )
+        if shape == "soif":
+            return web.Response(body=encode(stored.record), headers={"Content-Type": SOIF_TYPE})
+        record = stored.record
+        return web.json_response(
+            {
+                "oid": stored.oid,
+                "url": stored.url,
+                "template": record.template,
+                "gatherer": stored.gatherer,
+                "collection": stored.collection,
+                "update_time": stored.update_time,
+                "expires": stored.expires,
+                "seq": stored.seq,
+                "attributes": {
+                    name: value.decode("utf-8", "replace") for name, value in record.attributes
+                },
+            }
+        )
