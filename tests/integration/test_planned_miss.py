@@ -15,16 +15,20 @@ from each response.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import hashlib
 import re
 import socket
 import struct
 import time
+from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
 
 from harvest_cache.server.app import CacheServer
+from harvest_cache.server.fast_fetch import FastFetch
 from tests.integration.test_miss_fast_path import (
     ScriptedOrigin,
     fetch,
@@ -65,6 +69,24 @@ def miss_plans(cache: CacheServer) -> int:
     """How many miss plans the cache holds."""
     assert cache.proxy is not None
     return len(cache.proxy.fast.miss_plans)
+
+
+@contextlib.contextmanager
+def no_collector() -> Iterator[None]:
+    """The garbage collector off (collected once first), so that objects freed only by it
+    stay to be seen."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def fast_fetches_left() -> int:
+    """Fast fetches still in memory: with none running, those only the collector would free
+    (each a reference cycle)."""
+    return sum(isinstance(o, FastFetch) for o in gc.get_objects())
 
 
 def body_of(path: str) -> bytes:
@@ -221,6 +243,24 @@ async def test_new_urls_are_answered_from_the_plan(origin: Origin, make_cache: M
     lines = await stop_and_read_log(cache)
     for path in paths:
         assert results_for(lines, origin.url(path)) == ["TCP_MISS"] + ["TCP_MEM_HIT"] * 2
+
+
+async def test_fast_fetches_are_freed_without_the_collector(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    """A fast fetch, planned or worked out in full, is freed as soon as it ends: one the
+    collector had to find would cost every miss its share of collections."""
+    cache = await memory_cache(make_cache)
+    objects = Objects()
+    paths = [f"/m/{i}" for i in range(10)]
+    serve(origin, objects, *paths)
+    with no_collector():
+        for path in paths:
+            resp = await fetch(cache, origin.url(path), headers=FIELDS)
+            check_answer(resp, objects, path)
+        assert lean(cache) == (1 + 8, 0)  # one worked out in full, then from the plan
+        assert planned_misses(cache) == 8
+        assert fast_fetches_left() == 0
 
 
 async def test_planned_answer_is_the_fast_path_answer_field_for_field(

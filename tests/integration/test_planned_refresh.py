@@ -26,6 +26,7 @@ from tests.integration.test_miss_fast_path import (
     params,
     results_for,
 )
+from tests.integration.test_planned_miss import fast_fetches_left, no_collector
 from tests.support import (
     MakeCache,
     Origin,
@@ -163,6 +164,19 @@ async def test_repeated_revalidation_is_answered_from_the_plan(
     answered, handed_over = lean(cache)
     assert (answered, handed_over) == (1 + 5, 0)
     assert origin.hits["/planned"] == 2 + 5
+
+
+async def test_planned_revalidations_are_freed_without_the_collector(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    cache, url, state, _ = await setup_with_answer(make_cache, origin)
+    with no_collector():
+        for n in range(1, 6):
+            resp = await fetch(cache, url, headers=FIELDS)
+            assert (resp.status, resp.body) == (200, BODY)
+            assert planned(cache) == n
+        assert state.conditional == 1 + 5
+        assert fast_fetches_left() == 0
 
 
 async def test_planned_answers_on_one_keep_alive_connection(
