@@ -29,7 +29,7 @@ from broker.stats import BrokerStats, GcStats, IndexStats
 from broker.sync import IndexSync, Reconciled
 from harvest_common.lifecycle import Owned
 from harvest_common.software import software_version
-from harvest_common.tasks import TaskSet
+from harvest_common.tasks import TaskSet, running
 from harvest_common.web_site import listening
 
 log = logging.getLogger(__name__)
@@ -248,10 +248,5 @@ class Broker(Owned):
                     # One failure (a busy disk) must not end garbage collection for good.
                     log.error("garbage collection failed: %s", error)
 
-        task = asyncio.create_task(loop())
-        try:
+        async with running(loop(), "broker garbage collection"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

@@ -39,6 +39,7 @@ from gatherer.runner import gather, open_database
 from gatherer.service import serve
 from harvest_common.soif import encode
 from harvest_common.soif.transport import compressed
+from harvest_common.tasks import running
 
 T = TypeVar("T")
 
@@ -233,13 +234,8 @@ async def _redrawing(live: Live, stats: RunStats) -> AsyncIterator[None]:
                 stats.elapsed = time.monotonic() - stats.started
             live.update(progress_table(stats))
 
-    task = asyncio.create_task(redraw())
-    try:
+    async with running(redraw(), "progress redraw"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _export(

@@ -27,6 +27,7 @@ from harvest_common.config import number, optional_url, setting
 from harvest_common.errors import HsrClientError
 from harvest_common.soif import Record, encode
 from harvest_common.soif.transport import SOIF_TYPE
+from harvest_common.tasks import running
 
 log = logging.getLogger(__name__)
 
@@ -144,13 +145,8 @@ async def registering(
                     delay = renew
                 await asyncio.sleep(delay)
 
-    task = asyncio.create_task(loop(), name="hsr registration")
-    try:
+    async with running(loop(), "hsr registration"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 # Addresses a server may listen on that name no host: its registration names its FQDN.
