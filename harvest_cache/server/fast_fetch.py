@@ -252,8 +252,7 @@ class FastFetch:
     those of a revalidation plan, of a miss plan, or those that work the exchange out in full
     (``work_in_full``), to which a planned exchange turns when the plan does not hold. The
     steps are kept as the class's plain functions: bound methods kept on the instance would
-    make every fetch a reference cycle, which only the garbage collector frees (a quarter
-    more CPU per planned miss, in collections).
+    make every fetch a reference cycle, left for the garbage collector to free.
     """
 
     __slots__ = (
