@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import cast
 
@@ -652,3 +653,18 @@ async def run_module(module: str, *args: str, within: float = 60.0) -> tuple[int
             await process.wait()
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+@contextlib.contextmanager
+def no_collector() -> Iterator[None]:
+    """The garbage collector off (after one collection), so that objects only it would free
+    stay to be seen; what a ``gc.collect()`` in the block finds is kept in ``gc.garbage``."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()

@@ -15,14 +15,12 @@ from each response.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import hashlib
 import re
 import socket
 import struct
 import time
-from collections.abc import Iterator
 
 import pytest
 from aiohttp import web
@@ -44,6 +42,7 @@ from tests.support import (
     Origin,
     RawResponse,
     http_date,
+    no_collector,
     open_proxy,
     read_head,
     read_response,
@@ -69,18 +68,6 @@ def miss_plans(cache: CacheServer) -> int:
     """How many miss plans the cache holds."""
     assert cache.proxy is not None
     return len(cache.proxy.fast.miss_plans)
-
-
-@contextlib.contextmanager
-def no_collector() -> Iterator[None]:
-    """The garbage collector off (collected once first), so that objects freed only by it
-    stay to be seen."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def fast_fetches_left() -> int:

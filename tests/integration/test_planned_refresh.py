@@ -26,12 +26,13 @@ from tests.integration.test_miss_fast_path import (
     params,
     results_for,
 )
-from tests.integration.test_planned_miss import fast_fetches_left, no_collector
+from tests.integration.test_planned_miss import fast_fetches_left
 from tests.support import (
     MakeCache,
     Origin,
     RawResponse,
     http_date,
+    no_collector,
     open_proxy,
     read_response,
     request_bytes,
