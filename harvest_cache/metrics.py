@@ -203,6 +203,12 @@ class CacheCollector:
             ("operation",),
             {("read",): store.read_failures, ("write",): store.write_failures},
         )
+        yield _counter(
+            "harvest_cache_store_disk_skips",
+            "Small objects kept in memory only: the disk tier's writer was too far behind.",
+            (),
+            {(): store.disk_skips},
+        )
         yield _gauge(
             "harvest_cache_page_copy_bytes",
             "Bytes of hot bodies also held in memory files, sent from there by the kernel.",

@@ -16,6 +16,7 @@ class StoreStats(NamedTuple):
     memory_evictions: int
     read_failures: int  # disk reads that failed (each served as a miss)
     write_failures: int
+    disk_skips: int  # small objects not stored on disk: its writer was too far behind
 
 
 class PoolStats(NamedTuple):

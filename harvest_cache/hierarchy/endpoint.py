@@ -99,7 +99,7 @@ class IcpEndpoint:
     ) -> None:
         self._store = store
         self._peek = store.memory_view.peek
-        self._has_disk = store.memory_view.has_disk
+        self._on_disk = store.memory_view.on_disk
         self._on_reply = on_reply
         self._origin_rtt = origin_rtt
         self._heuristics = heuristics
@@ -275,9 +275,9 @@ class IcpEndpoint:
                 return None
         found = self._peek(url)
         if found is None:
-            # (Not remembered: one-off misses would crowd out the rest; and with a disk tier
-            # looking is I/O, for the full path.)
-            return None if self._has_disk else _NOTHING
+            # (Not remembered: one-off misses would crowd out the rest; and where the disk
+            # tier may hold it, looking is I/O, for the full path.)
+            return None if self._on_disk(url) else _NOTHING
         obj = found if isinstance(found, StoredObject) else None
         hit, until = hit_until(obj, now, self._heuristics.for_url(url))
         known = _Known(url, found, hit is not None, until)
@@ -306,7 +306,7 @@ class IcpEndpoint:
             self._send(message, addr, Opcode.ERR)
             return
         found = self._peek(target.url)
-        if found is None and self._has_disk and self._pending < MAX_PENDING:
+        if found is None and self._pending < MAX_PENDING and self._on_disk(target.url):
             self._pending += 1
             self._tasks.spawn(self._answer_from_disk(message, addr, target), f"icp {target.url}")
             return

@@ -311,6 +311,7 @@ class CacheServer:
                 memory.evictions,
                 store.read_failures,
                 store.write_failures,
+                store.disk_skips,
             ),
             origin_pool=self.pool.stats(),
             peer_pool=self.peer_pool.stats(),

@@ -13,15 +13,19 @@ callbacks:
 - a miss plan (``prepared.misses``): the planned request is sent, and a response of the
   planned shape is stored and answered from the plan;
 - none: the exchange is worked out in full, for the common shapes only: a 304 confirming the
-  stored object, or a body of known small length without Vary, stored in the memory tier
-  alone; such an exchange leaves a plan behind for the next request asked the same way.
+  stored object, or a body of known small length without Vary, stored through the memory
+  view (a disk tier's copy is written behind); such an exchange leaves a plan behind for the
+  next request asked the same way.
+
+A miss comes here only if the disk tier certainly does not hold the object (its membership,
+``MemoryView.on_disk``): looking there is I/O.
 
 Whatever a plan did not foresee (another status, other fields, a failure, a client that
 asked to close meanwhile) turns the same listener to working the exchange out in full, where
 it stands. Anything the full work cannot take here (a larger or unframed body, Vary, a
-disk-tier write, a failure) is handed to the general path together with the exchange and its
-flight, so the one fetch goes on there and nothing is sent twice. Concurrent requests for the
-object join the flight as they would any other.
+body the disk tier must have at once, a failure) is handed to the general path together with
+the exchange and its flight, so the one fetch goes on there and nothing is sent twice.
+Concurrent requests for the object join the flight as they would any other.
 """
 
 from __future__ import annotations
@@ -90,9 +94,11 @@ class FastPath:
 
     ``answered`` counts requests answered here, ``handed_over`` those passed to the general
     path after they started here, ``planned`` the answered ones that repeated a revalidation
-    plan (``recognised`` of them with a 304 recognised unparsed) and ``planned_misses`` those
+    plan (``recognised`` of them with a 304 recognised unparsed), ``planned_misses`` those
     that repeated a miss plan (``recognised_misses`` of them with a response recognised
-    unparsed); for metrics, and for tests to see which path ran.
+    unparsed) and ``carried`` those answered with the answer of another request's planned
+    revalidation, asked for the same way while it was in flight; for metrics, and for tests
+    to see which path ran.
     """
 
     def __init__(
@@ -126,6 +132,7 @@ class FastPath:
         self.recognised = 0
         self.planned_misses = 0
         self.recognised_misses = 0
+        self.carried = 0
         self._running: set[FastFetch] = set()
         self._all_done: asyncio.Future[None] | None = None
 
@@ -138,10 +145,13 @@ class FastPath:
         if plan is None:
             return False
         key = plan.target.url
-        if self.fetcher.flying(key):
-            return False  # joining that fetch is the general path's work
         # (peeked: the refresh makes it the most recently used)
         held = self.memory.peek(key)
+        if self.fetcher.flying(key):
+            # A request asked as the planned one is answered with its answer; joining any
+            # other fetch is the general path's work.
+            holder = self.fetcher.holder(key)
+            return isinstance(holder, FastFetch) and holder.carry(conn, plan, held, fields)
         if not plan.applies(held, conn.client_ip, fields, time.time()):
             return False
         upstream = self.pool.take_idle(plan.target.host, plan.target.port, conn.client_ip)
@@ -165,7 +175,8 @@ class FastPath:
         if rest is None:
             return False
         url = target.decode("latin-1")
-        if self.fetcher.flying(url) or self.memory.get(url) is not None:
+        memory = self.memory
+        if self.fetcher.flying(url) or memory.get(url) is not None or memory.on_disk(url):
             return False  # joining a fetch, or a stored object: the general ways
         upstream = self.pool.take_idle(plan.host, plan.port, conn.client_ip)
         if upstream is None:
@@ -181,7 +192,7 @@ class FastPath:
             return False
         found = self.memory.get(key)
         if found is None:
-            if self.memory.has_disk:
+            if self.memory.on_disk(key):
                 return False  # it may be on disk: looking is I/O
             held = Held(None)
         elif isinstance(found, VaryMarker) or not isinstance(found.body, bytes):
@@ -223,6 +234,30 @@ class FastPath:
         if self._running:
             self._all_done = asyncio.get_running_loop().create_future()
             await asyncio.wait([self._all_done], timeout=grace)
+
+
+def _answer_planned(
+    path: FastPath,
+    conn: ClientConnection,
+    started: float,
+    result: str,
+    status: int,
+    answer: tuple[bytes, bytes],
+    log_tail: bytes,
+) -> None:
+    """Send ``conn`` a planned answer, count it and log it (with ``log_tail`` if logging)."""
+    head, body = answer
+    sent = write_answer(conn, head, body)
+    size = len(head) + len(body)
+    seconds = time.monotonic() - started
+    path.traffic.ended("GET", result, status, size, seconds, Hierarchy.HIER_DIRECT, not sent)
+    if path.log.enabled:
+        elapsed = round(seconds * 1000)
+        line = line_head(
+            time.time(), elapsed, conn.client_bytes, result.encode(), status, size, not sent
+        )
+        path.log.write(line + log_tail)
+    path.answered += 1
 
 
 def write_answer(conn: ClientConnection, head: bytes, body: bytes) -> bool:
@@ -272,6 +307,7 @@ class FastFetch:
         "_request_time",
         "_response_time",
         "_rest",
+        "_riders",
         "_started",
         "_stored",
         "_target",
@@ -314,6 +350,8 @@ class FastFetch:
         self._chunks: list[bytes] = []
         self._answer: tuple[bytes, bytes] | None = None  # head and body for the client
         self._flight: Flight | None = None  # planned: made only if a request joins (hold)
+        # Clients asking for the object as planned meanwhile, each with its start (``carry``)
+        self._riders: list[tuple[ClientConnection, float]] | None = None
         # Set when the exchange is worked out in full:
         self._req: Request | None = None
         self._target: Target | None = None
@@ -360,6 +398,42 @@ class FastFetch:
         for chunk in self._chunks:
             flight.publish_nowait(chunk)
 
+    def carry(
+        self, conn: ClientConnection, plan: RefreshPlan, held: object, fields: RawFields
+    ) -> bool:
+        """Answer ``conn``'s request, of ``fields``, with this fetch's answer, if this is the
+        revalidation ``plan`` still under way for the ``held`` object and the request is
+        asked as planned; as the general path would give it the refreshed object once this
+        fetch's 304 arrives, without a fetch of its own. (The plan's client address is not
+        compared: it shapes only the request sent upstream.)"""
+        if self._plan is not plan or self._answer is not None:
+            return False
+        if held is not plan.obj or fields != plan.shape:
+            return False
+        riders = self._riders
+        if riders is None:
+            riders = self._riders = []
+        riders.append((conn, time.monotonic()))
+        return True
+
+    def _release_riders(self) -> None:
+        """Send the riders to the general path (the plan did not hold, or a rider must close
+        its connection), where they join this fetch's flight or find the stored object."""
+        riders, self._riders = self._riders, None
+        if riders is None:
+            return
+        for conn, started in riders:
+            req = Request(
+                method="GET",
+                target=self._url,
+                version="1.1",
+                headers=Headers.from_raw(self._fields),
+                keep_alive=True,
+                started=started,
+            )
+            self._path.handed_over += 1
+            conn.lean_handoff(req)
+
     def _joined_flight(self) -> Flight:
         """The exchange's flight, made now if no request has joined it."""
         flight = self._flight
@@ -375,8 +449,10 @@ class FastFetch:
         flight.fail(UpstreamProtocolError("internal error"))
         path.fetcher.retire(flight)
         path.ended(self)
-        self._conn.close()
-        self._conn.lean_done(False)
+        riders, self._riders = self._riders or [], None
+        for conn, _ in [(self._conn, 0.0), *riders]:
+            conn.close()
+            conn.lean_done(False)
 
     @guarded
     def send(self) -> None:
@@ -569,10 +645,10 @@ class FastFetch:
         self._unplanned().on_error(error)
 
     def _respond_planned(self) -> None:
-        """Send a planned answer, count it and log it."""
+        """Send a planned answer (to the riders too), count it and log it."""
         answer, plan = self._answer, self._plan
         assert answer is not None
-        path, conn, peer = self._path, self._conn, self._upstream.peer_ip
+        path, peer = self._path, self._upstream.peer_ip
         if isinstance(plan, RefreshPlan):
             path.planned += 1
             result, status = _REVALIDATED, plan.status
@@ -580,25 +656,31 @@ class FastFetch:
             assert isinstance(plan, MissPlan)
             path.planned_misses += 1
             result, status = _MISSED, plan.status
-        head, body = answer
-        sent = write_answer(conn, head, body)
-        size = len(head) + len(body)
-        seconds = time.monotonic() - self._started
-        path.traffic.ended("GET", result, status, size, seconds, Hierarchy.HIER_DIRECT, not sent)
+        tail = b""
         if path.log.enabled:
-            elapsed = round(seconds * 1000)
             tail = (
                 plan.tail_for(peer)
                 if isinstance(plan, RefreshPlan)
                 else plan.log_tail(self._url, peer)
             )
-            line = line_head(
-                time.time(), elapsed, conn.client_bytes, result.encode(), status, size, not sent
-            )
-            path.log.write(line + tail)
-        path.answered += 1
+        conn = self._conn
+        _answer_planned(path, conn, self._started, result, status, answer, tail)
         path.ended(self)
         conn.lean_done(True)
+        riders, self._riders = self._riders, None
+        if riders is None:
+            return
+        closing = []
+        for rider, started in riders:
+            if rider.must_close:
+                closing.append((rider, started))  # (the planned answer keeps it open)
+                continue
+            _answer_planned(path, rider, started, result, status, answer, tail)
+            path.carried += 1
+            rider.lean_done(True)
+        if closing:
+            self._riders = closing
+            self._release_riders()
 
     # -- worked out in full ------------------------------------------------------------------
 
@@ -632,6 +714,7 @@ class FastFetch:
             target = Target("http", plan.host, plan.port, self._rest.decode("latin-1"))
             stored = None
         flight = self._joined_flight()
+        self._release_riders()  # (to join the flight)
         self._plan = None
         self._req, self._target, self._stored = req, target, stored
         self._chunks = []
@@ -676,13 +759,15 @@ class FastFetch:
         response = respond(req.headers, stored_head, head.status, headers, times)
         decision: StoreDecision | None
         match response:
+            case Store(decision=decision) if length <= path.memory.put_limit:
+                keep = True
             case Store(decision=decision) if not path.memory.has_disk:
-                keep = length <= path.memory.max_object
+                keep = False  # (too big for the memory tier, and there is no other)
             case DontStore() if stored is None:
                 decision, keep = None, False
             case _:
                 # A failed validation (stale may be served instead), a stored response to
-                # invalidate, or a disk write: the store needs I/O.
+                # invalidate, or a body the disk tier must have now: the store needs I/O.
                 self._move(head)
                 return
         peer = self._upstream.peer_ip
@@ -864,7 +949,7 @@ class FastFetch:
             replaced=_SET_ON_FETCHED,
             content_type=tx.content_type,
             queries=path.config.cache.cache_query_urls,
-            max_length=min(SMALL_BODY, path.memory.max_object),
+            max_length=min(SMALL_BODY, path.memory.put_limit),
         )
         path.miss_plans.keep(key, plan)
 

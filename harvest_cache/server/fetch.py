@@ -259,6 +259,10 @@ class Fetcher:
         """The keys of every fetch in progress."""
         return list(self._flights)
 
+    def holder(self, key: str) -> Flight | Deferred | None:
+        """What is fetching ``key``: its flight, or a fetch whose flight is not made yet."""
+        return self._flights.get(key)
+
     def open_flight(self, key: str) -> Flight:
         """A new flight for ``key``, which later requests for it join."""
         flight = Flight(key, _WINDOW)

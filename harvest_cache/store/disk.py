@@ -18,12 +18,20 @@ leaves rows whose file is missing, which read as absent (diskcache's ``get`` tre
 file as a miss) until the key is stored again or evicted. No file is ever left in objects/
 without a row, and the body's length, and CRC-32 when it is read whole, is checked on read.
 
+Membership. The tier keeps, in memory, a fingerprint (``hash``) of every key it holds, read
+at open and kept up to date by every change, cull included: whether a key may be on disk is
+known without I/O, so a miss for a key it does not hold is a miss at once (the fast paths
+take it, and ICP answers it). A fingerprint shared by two keys only sends a request the long
+way; about 60 bytes a key, as Squid's in-memory index of its cache_dir.
+
 Eviction. diskcache culls by ``least-recently-stored`` (FIFO by store time). We chose it over
 ``least-recently-used`` because LRU makes every disk hit a SQLite write transaction,
 serialising readers behind writers; the hot set lives in the LRU memory tier anyway, as in
 Squid where the memory cache shields the disk store. Automatic culling inside ``set`` is off
 (``cull_limit=0``); each commit culls explicitly, so the tier stays within its bound after
-every commit and the number of evicted rows can be counted.
+every commit and the number of evicted rows can be counted. The cull is the policy's own query
+(oldest rows first, ten at a time), made here because diskcache's ``cull`` does not say which
+keys it removed, and the membership must forget them.
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, Found, StoredObject
 
 EVICTION_POLICY = "least-recently-stored"
+# The policy's cull, keys included (see "Eviction" above).
+_OLDEST = "SELECT rowid, key, filename FROM Cache ORDER BY store_time LIMIT 10"
 # What the storage layers raise; each is mapped to DiskError at this module's boundary.
 STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
 
@@ -138,6 +148,10 @@ class _StagingDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no ty
         return tuple(super().store(value, read, key=key))
 
 
+# Every record's key (diskcache keeps str keys as TEXT, so this is a range of its index).
+_ALL_RECORDS = "SELECT key FROM Cache WHERE key >= 'h:' AND key < 'h;'"
+
+
 def _head_key(key: str) -> str:
     return "h:" + key
 
@@ -175,8 +189,13 @@ class Committed(NamedTuple):
 class DiskTier:
     """Objects and Vary markers in a size-bounded diskcache.Cache (see the module docstring)."""
 
-    def __init__(self, cache: diskcache.Cache, tmp: Path, lock_fd: int) -> None:
+    def __init__(
+        self, cache: diskcache.Cache, tmp: Path, lock_fd: int, held: set[int] | None = None
+    ) -> None:
         self._cache = cache
+        # Fingerprints of the keys stored (see "Membership"): changed under the lock, read
+        # from any thread (a set's look-up is atomic).
+        self._held: set[int] = held if held is not None else set()
         self._tmp = tmp
         self._min_file_size = int(cache.disk.min_file_size)
         # Serialise mutations, so no cull or delete can run between a commit and its rename
@@ -216,9 +235,14 @@ class DiskTier:
                 cull_limit=0,
                 statistics=0,  # statistics would make every get a write transaction
             )
+            held = {hash(name[2:]) for (name,) in cache._sql(_ALL_RECORDS)}
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot open the disk tier in {directory}: {e}") from e
-        return cls(cache, tmp, lock_fd)
+        return cls(cache, tmp, lock_fd, held)
+
+    def may_hold(self, key: str) -> bool:
+        """Whether ``key`` may have an object or marker here (False: certainly not); no I/O."""
+        return hash(key) in self._held
 
     def new_spool(self) -> Spool:
         """A spool for one body; no I/O until its first append."""
@@ -273,6 +297,24 @@ class DiskTier:
         finally:
             if spool is not None:
                 spool.discard()
+
+    @property
+    def inline_limit(self) -> int:
+        """Bodies shorter than this are kept in the index itself (``commit_many`` takes them)."""
+        return self._min_file_size
+
+    def commit_many(self, objects: list[tuple[str, StoredHead, bytes]]) -> int:
+        """Store objects whose bodies are shorter than ``inline_limit``, in one transaction;
+        the rows evicted to make room."""
+        try:
+            with self._mutating(), self._cache.transact():
+                for key, head, body in objects:
+                    assert len(body) < self._min_file_size, "only inline bodies are batched"
+                    record = ObjectRecord(head, _new_body_key(), zlib.crc32(body))
+                    self._store(key, record, body)
+                return self._cull()
+        except STORAGE_ERRORS as e:
+            raise DiskError(f"cannot store {len(objects)} objects: {e}") from e
 
     def put_marker(self, key: str, marker: VaryMarker) -> int:
         """Store a Vary marker under ``key``; returns the number of rows evicted."""
@@ -337,6 +379,7 @@ class DiskTier:
             self._cache.set(_head_key(key), encode(record))
             if isinstance(old, ObjectRecord):
                 self._cache.delete(old.body_key)
+        self._held.add(hash(key))
         return old is not None
 
     def _place(self, key: str, spool: Spool, filename: str) -> None:
@@ -355,11 +398,27 @@ class DiskTier:
             self._cache.delete(_head_key(key))
             if isinstance(old, ObjectRecord):
                 self._cache.delete(old.body_key)
+        self._held.discard(hash(key))
 
     def _cull(self) -> int:
-        if self._cache.volume() <= self._cache.size_limit:
-            return 0
-        return int(self._cache.cull())
+        """Remove the oldest rows until the tier is within its bound; the rows removed."""
+        cache = self._cache
+        evicted = 0
+        while cache.volume() > cache.size_limit:
+            with cache._transact() as (sql, remove_file):
+                rows = sql(_OLDEST).fetchall()
+                if not rows:
+                    break
+                sql(
+                    f"DELETE FROM Cache WHERE rowid IN ({','.join('?' * len(rows))})",
+                    [rowid for rowid, _, _ in rows],
+                )
+                for _, name, filename in rows:
+                    remove_file(filename)  # (after the commit; None for an inline body)
+                    if isinstance(name, str) and name.startswith("h:"):
+                        self._held.discard(hash(name[2:]))
+            evicted += len(rows)
+        return evicted
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -53,23 +53,30 @@ class ObjectWriter(Protocol):
         """Drop what was written; the key keeps whatever it held before."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MemoryView:
     """The store as the fast paths see it: its memory tier, with no I/O and nothing awaited
-    (each operation a callable bound once, so using one costs no frame of the view's)."""
+    (each operation a callable bound once, so using one costs no frame of the view's). Only
+    the store changes it (``put_limit``, when other processes come to share its disk tier)."""
 
     # The memory tier's object or marker under a key (a use of it: eviction order moves).
     get: Callable[[str], Found | None]
     # As ``get``, but not a use: for asking whether it is held.
     peek: Callable[[str], Found | None]
-    # Store a whole body at once if that needs no disk write; False (nothing done) if it
-    # does, and a writer (``ObjectStore.open_writer``) must be used.
+    # Store a whole body at once, its disk copy (if any) written behind; False (nothing
+    # done) for a body over ``put_limit``, for which a writer (``ObjectStore.open_writer``)
+    # must be used.
     put: Callable[[str, StoredHead, bytes], bool]
     # ``ObjectStore.update_head`` with the memory tier changed at once; returns the disk
-    # write still to run (None without a disk tier).
+    # write still to run, if it must be awaited (None: none, or written behind).
     refresh_head: Callable[[str, StoredHead], Coroutine[Any, Any, None] | None]
-    has_disk: bool  # a memory miss is not yet a miss
-    max_object: int  # the largest body stored, in bytes (-1: none)
+    # Whether the disk tier may hold a key: False means a memory miss is a miss (always,
+    # without a disk tier).
+    on_disk: Callable[[str], bool]
+    has_disk: bool
+    # The largest body ``put`` stores, in bytes (-1: none). Without a disk tier the store's
+    # largest object (``put`` drops the key's copy for a larger one).
+    put_limit: int
 
 
 class ObjectStore(Protocol):

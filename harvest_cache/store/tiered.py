@@ -1,8 +1,12 @@
 """The ObjectStore the proxy uses: the memory hot tier over the disk tier.
 
-The memory tier is read and written on the event loop; every disk-tier call runs in one
-executor the store owns (a few threads: SQLite serialises writers anyway). Small objects are
-written through to both tiers; a small object found on disk is promoted to memory. Disk
+The memory tier is read and written on the event loop; disk-tier reads run in an executor
+the store owns, and every change runs on the disk tier's one writer thread (store.writer), in
+the order asked. Small objects are written to both tiers, the disk tier's copy (and a
+revalidated head) behind the request, a single process only: workers sharing the tier are
+told of a change once it is there. A small object found on disk is promoted to memory. The
+disk tier's membership answers, without I/O, whether a key may be there: a memory miss for
+a key it does not hold is a miss at once (the memory view's ``on_disk``). Disk
 failures never reach the caller: a failed read is a miss (counted in ``read_failures``, the
 driver's TCP_SWAPFAIL_MISS), a failed write leaves the object unstored (``write_failures``).
 """
@@ -22,6 +26,7 @@ from harvest_cache.store.disk import Committed, DiskError, DiskTier, Spool
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, Found, MemoryView, StoredObject
 from harvest_cache.store.memory import MemoryTier
+from harvest_cache.store.writer import DiskWriter
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,9 @@ EXECUTOR_THREADS = 4
 # A body too big for the memory tier is handed to its spool in batches of at least this many
 # bytes: one executor hop per batch, not per chunk from the network.
 SPILL_BATCH = 1 * MIB
+# Bytes of small objects waiting for the disk writer at most; beyond, new ones are not stored
+# on disk (they are in the memory tier all the same).
+WRITE_BEHIND_BYTES = 32 * MIB
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -71,12 +79,15 @@ class TieredStore:
         self.memory = memory
         self.max_object = max_object
         self.read_failures = 0
-        self.write_failures = 0
-        # Told of each change once the disk tier has it (a new object, head or marker), and of
-        # each deletion: other processes sharing the store drop their memory copies.
-        self.sharers: Sharers | None = None
-        self.disk_evictions = 0  # diskcache rows culled: a head or a body each
+        self._write_failures = 0
+        self._sharers: Sharers | None = None
+        self._disk_evictions = 0  # diskcache rows culled: a head or a body each
         self._disk = disk
+        # Every change to the disk tier goes through it (None: memory only).
+        self.disk_writer = DiskWriter(disk, WRITE_BEHIND_BYTES) if disk is not None else None
+        # What the disk tier may hold: its membership, and what is queued for it.
+        self._may_hold = _never if disk is None else disk.may_hold
+        self._written_behind = _never if self.disk_writer is None else self.disk_writer.holds
         self._executor = executor
         self._writers: set[TieredWriter] = set()
         # Keys with disk reads in flight, and those of them changed meanwhile: a read that
@@ -84,21 +95,62 @@ class TieredStore:
         self._reading: dict[str, int] = {}
         self._changed: set[str] = set()
         self._closed = False
+        on_disk = _never if disk is None else self._on_disk
         self.memory_view = MemoryView(
-            memory.get, memory.peek, self._put_now, self._refresh_head, disk is not None, max_object
+            memory.get,
+            memory.peek,
+            self._put_now,
+            self._refresh_head,
+            on_disk,
+            disk is not None,
+            max_object if disk is None else min(max_object, disk.inline_limit - 1),
         )
 
     def __repr__(self) -> str:
         return f"<TieredStore {self.memory!r} {self._disk!r}>"
 
+    @property
+    def sharers(self) -> Sharers | None:
+        """Told of each change once the disk tier has it (a new object, head or marker), and
+        of each deletion: other processes sharing the store drop their memory copies."""
+        return self._sharers
+
+    @sharers.setter
+    def sharers(self, sharers: Sharers | None) -> None:
+        # Others learn of a change once it is on the shared disk tier, so nothing is written
+        # behind (the memory view's put would be), and only this process's membership of the
+        # tier is known.
+        self._sharers = sharers
+        if sharers is not None and self._disk is not None:
+            self.memory_view.put_limit = -1
+
+    @property
+    def write_failures(self) -> int:
+        """Disk writes that failed (a batch written behind counts once)."""
+        behind = self.disk_writer.failures if self.disk_writer is not None else 0
+        return self._write_failures + behind
+
+    @property
+    def disk_evictions(self) -> int:
+        behind = self.disk_writer.evicted if self.disk_writer is not None else 0
+        return self._disk_evictions + behind
+
+    @property
+    def disk_skips(self) -> int:
+        """Small objects not stored on disk because the writer was too far behind."""
+        return self.disk_writer.skipped if self.disk_writer is not None else 0
+
     # -- ObjectStore -----------------------------------------------------------------------------
 
     async def get(self, key: str) -> Found | None:
         found = self.memory.get(key)
-        if found is not None or self._disk is None:
+        if found is not None or self._disk is None or not self._on_disk(key):
             return found
         self._reading[key] = self._reading.get(key, 0) + 1
         try:
+            if self.disk_writer is not None and self.disk_writer.holds(key):
+                # (evicted from memory before its disk copy was written: not the older one)
+                await self.disk_writer.call(_nothing)
             found = await self._read(self._disk, key)
         except DiskError as e:
             self.read_failures += 1
@@ -131,8 +183,15 @@ class TieredStore:
         return writer
 
     def _put_now(self, key: str, head: StoredHead, body: bytes) -> bool:
-        if self._disk is not None or self._closed:
+        if self._closed:
             return False
+        if self._disk is not None:
+            if len(body) > self.memory_view.put_limit:
+                return False  # (a file of its own, or told to the others: a writer's)
+            self._changing(key)
+            self.memory.put(key, StoredObject(head, body, "memory"))
+            self._write_behind(key, head, body)
+            return True
         self._changing(key)
         if len(body) <= self.max_object:
             self.memory.put(key, StoredObject(head, body, "memory"))
@@ -140,6 +199,19 @@ class TieredStore:
             self.memory.bypass(key)
         self._tell(key)
         return True
+
+    def _on_disk(self, key: str) -> bool:
+        if self._sharers is not None:
+            return True  # (the others' changes are not in this process's membership)
+        return self._may_hold(key) or self._written_behind(key)
+
+    def _write_behind(self, key: str, head: StoredHead, body: bytes) -> None:
+        """Queue an object already in the memory tier for the disk tier."""
+        writer, disk = self.disk_writer, self._disk
+        assert writer is not None
+        assert disk is not None
+        if not writer.write_behind(key, head, body) and self._on_disk(key):
+            writer.later(disk.delete, key)  # (not stored: an older copy must not outlive it)
 
     async def update_head(self, key: str, head: StoredHead) -> None:
         write = self._refresh_head(key, head)
@@ -153,6 +225,10 @@ class TieredStore:
         self.memory.replace_head(key, head)
         if self._disk is None:
             return None  # (nothing to tell: others read changes only from a shared disk tier)
+        if self._sharers is None:
+            assert self.disk_writer is not None
+            self.disk_writer.later(self._disk.update_head, key, head)
+            return None
         return self._then_tell(key, self._write_disk(self._disk.update_head, key, head))
 
     async def delete(self, key: str) -> None:
@@ -172,6 +248,8 @@ class TieredStore:
         for writer in list(self._writers):
             await writer.abort()
         try:
+            if self.disk_writer is not None:
+                await self.disk_writer.close()
             if self._disk is not None:
                 barrier = threading.Barrier(EXECUTOR_THREADS, timeout=30)
                 close = self._disk.close_connection
@@ -181,6 +259,11 @@ class TieredStore:
             await asyncio.to_thread(self._executor.shutdown)
 
     # -- beyond the interface --------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Return once every change asked for so far is on disk (objects written behind too)."""
+        if self.disk_writer is not None:
+            await self.disk_writer.call(_nothing)
 
     def dropped(self, key: str) -> None:
         """Another process sharing the store changed ``key``: forget the memory copy, and
@@ -230,6 +313,9 @@ class TieredStore:
         if isinstance(body, list):
             stored = body[0] if len(body) == 1 else await self._run(b"".join, body)
             self.memory.put(key, StoredObject(head, stored, "memory"))
+            if len(stored) <= self.memory_view.put_limit and self._disk is not None:
+                self._write_behind(key, head, stored)
+                return
         else:
             stored = body
             self.memory.bypass(key)
@@ -258,7 +344,7 @@ class TieredStore:
         self._writers.discard(writer)
 
     def _write_failed(self, error: DiskError) -> None:
-        self.write_failures += 1
+        self._write_failures += 1
         log.warning("disk write failed, object not stored: %s", error)
 
     # -- internals -----------------------------------------------------------------------------
@@ -275,16 +361,18 @@ class TieredStore:
             raise
 
     async def _write_disk(self, fn: Callable[[*Ts], W], *args: *Ts) -> W | None:
-        """``fn`` on the disk tier, its evictions counted; None if it failed (counted too)."""
+        """``fn`` on the disk writer's thread, its evictions counted; None if it failed
+        (counted too)."""
+        assert self.disk_writer is not None, "only a store with a disk tier writes to it"
         try:
-            done = await self._run(fn, *args)
+            done: W = await self.disk_writer.call(fn, *args)
         except DiskError as e:
             self._write_failed(e)
             return None
         if isinstance(done, Committed):
-            self.disk_evictions += done.evicted
+            self._disk_evictions += done.evicted
         elif isinstance(done, int):
-            self.disk_evictions += done
+            self._disk_evictions += done
         return done
 
     def _promote(self, key: str, found: Found) -> None:
@@ -414,3 +502,11 @@ class TieredWriter:
     def _check_open(self) -> None:
         if self._finished:
             raise RuntimeError(f"{self!r} was already committed or aborted")
+
+
+def _nothing() -> None:
+    pass
+
+
+def _never(key: str) -> bool:
+    return False

@@ -58,6 +58,18 @@ def recognised(cache: CacheServer) -> int:
     return cache.proxy.fast.recognised
 
 
+def carried(cache: CacheServer) -> int:
+    assert cache.proxy is not None
+    return cache.proxy.fast.carried
+
+
+def carried_waiting(cache: CacheServer, url: str) -> int:
+    """Clients waiting for the answer of the planned revalidation of ``url`` in flight."""
+    assert cache.proxy is not None
+    holder = cache.proxy.fast.fetcher.holder(url)
+    return len(getattr(holder, "_riders", None) or ())
+
+
 def has_plan(cache: CacheServer, url: str) -> bool:
     assert cache.proxy is not None
     return cache.proxy.fast.plans.get(url.encode("latin-1")) is not None
@@ -573,10 +585,48 @@ async def test_clients_join_a_planned_revalidation(origin: Origin, make_cache: M
         responses = await asyncio.gather(first, *others)
     assert all((r.status, r.body) == (200, BODY) for r in responses)
     assert all(params(r).get("fwd-status") == "304" for r in responses)
+    assert all(shape(r) == shape(responses[0]) for r in responses)
     assert state.conditional == 2  # one conditional request for all four
     assert planned(cache) == 1
+    assert carried(cache) == 3  # answered with the planned answer, not the general path
+    assert lean(cache) == (5, 0)
     lines = await stop_and_read_log(cache)
     assert results_for(lines, url) == ["TCP_MISS"] + ["TCP_REFRESH_UNMODIFIED"] * 5
+
+
+async def test_clients_riding_a_planned_revalidation_that_gets_a_200_join_its_fetch(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    """The plan does not hold (the object changed): the waiting clients go to the general
+    path, which gives them the new object from the same fetch."""
+    cache, url, _ = await planned_setup(make_cache, origin)
+    gate = asyncio.Event()
+    changed = 0
+
+    async def change(request: web.Request) -> web.Response:
+        nonlocal changed
+        changed += 1
+        async with asyncio.timeout(5):
+            await gate.wait()
+        headers = {"ETag": '"p2"', "Cache-Control": "max-age=60"}
+        return web.Response(body=b"the new body", headers=headers)
+
+    origin.route("/planned", change)
+    async with asyncio.timeout(10):
+        first = asyncio.create_task(fetch(cache, url, headers=FIELDS))
+        await wait_until(lambda: changed == 1)
+        others = [asyncio.create_task(fetch(cache, url, headers=FIELDS)) for _ in range(3)]
+        await wait_until(lambda: carried_waiting(cache, url) == len(others))
+        gate.set()
+        responses = await asyncio.gather(first, *others)
+    assert [(r.status, r.body) for r in responses] == [(200, b"the new body")] * 4
+    assert changed == 1  # one request for all four
+    assert carried(cache) == 0
+    lines = await stop_and_read_log(cache)
+    # (each rider joined the fetch, or came after it had stored the new object)
+    results = results_for(lines, url)[-4:]
+    assert "TCP_REFRESH_MODIFIED" in results
+    assert set(results) <= {"TCP_REFRESH_MODIFIED", "TCP_MEM_HIT"}
 
 
 async def test_silent_origin_gives_504_within_the_read_timeout(make_cache: MakeCache) -> None:
