@@ -8,7 +8,7 @@ It serves over HTTP/1.1 keep-alive, GET and HEAD only:
 * ``/obj/1k``, ``/obj/16k``, ``/obj/256k``, ``/obj/4m`` (any query string): fixed bodies with
   ``Cache-Control: max-age=3600``, an ``ETag`` and ``Last-Modified``;
 * ``/miss/<anything>``: a 1 KiB body that starts with the request target, so each URL's body is
-  its own, with ``Cache-Control: max-age=3600``;
+  its own, with ``Cache-Control: max-age=3600``; ``/miss16k/<anything>`` the same at 16 KiB;
 * ``/reval/<anything>``: a 1 KiB body with ``Cache-Control: max-age=0`` and a fixed ``ETag``;
   a request whose ``If-None-Match`` holds that tag gets ``304 Not Modified``;
 * ``/__stats``: the number of requests answered so far, as text.
@@ -68,6 +68,7 @@ OBJECTS: dict[bytes, tuple[bytes, bytes]] = {
 REVAL_200 = _head(b"200 OK", KIB, b"max-age=0")
 REVAL_304 = _head(b"304 Not Modified", 0, b"max-age=0").replace(b"Content-Length: 0\r\n", b"")
 MISS_HEAD = _head(b"200 OK", KIB, b"max-age=3600", b'"miss"')
+MISS16K_HEAD = _head(b"200 OK", 16 * KIB, b"max-age=3600", b'"miss16k"')
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 
@@ -123,6 +124,9 @@ class Origin(asyncio.Protocol):
         if path.startswith(b"/miss/"):
             body = (target + b" ").ljust(KIB, b".")[:KIB]
             return MISS_HEAD, body if with_body else b""
+        if path.startswith(b"/miss16k/"):
+            body = (target + b" ").ljust(16 * KIB, b".")[: 16 * KIB]
+            return MISS16K_HEAD, body if with_body else b""
         if path.startswith(b"/reval/"):
             for field in fields.split(b"\r\n"):
                 name, _, value = field.partition(b":")

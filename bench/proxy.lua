@@ -7,12 +7,14 @@
 --
 -- Arguments (after `--` on wrk's command line), all required, in this order:
 --   mode    "list": cycle through COUNT URLs BASE..PREFIX..0 .. BASE..PREFIX..(COUNT-1)
+--           "random": each request one of the COUNT URLs of "list", picked uniformly at random
+--           (a working set larger than a memory tier is then read from all over the disk)
 --           "unique": every request a URL never sent before: BASE..PREFIX..THREAD.."-"..N
 --   base    "http://127.0.0.1:ORIGINPORT", or "-" for origin-form targets (wrk straight at
 --           an origin, as `run.py --calibrate` does)
 --   host    the Host header's value (the origin's host:port)
 --   prefix  the path and query up to the varying number, e.g. "/obj/1k?r=RUN&n="
---   count   how many URLs "list" cycles through (ignored by "unique")
+--   count   how many URLs "list" and "random" use (ignored by "unique")
 --   inm     an If-None-Match value to send, or "-" for none
 --
 -- done() prints one line "WRKJSON {...}" that run.py reads: requests, bytes, duration (us),
@@ -43,16 +45,23 @@ function init(args)
     headers["If-None-Match"] = args[6]
   end
   tid = id or 0
-  if mode == "list" then
+  if mode == "list" or mode == "random" then
     for n = 0, count - 1 do
       reqs[n + 1] = wrk.format("GET", base .. prefix .. n, headers)
     end
     -- Threads start at different points of the list so they do not move in lock step.
     i = (tid * 7) % count
   end
+  if mode == "random" then
+    -- Each thread its own sequence: with one seed, threads would ask for the same URLs.
+    math.randomseed(os.time() * 1000 + tid * 7919)
+  end
 end
 
 function request()
+  if mode == "random" then
+    return reqs[math.random(count)]
+  end
   if mode == "list" then
     i = i + 1
     if i > count then

@@ -4,10 +4,13 @@
     python bench/run.py [--duration 10] [--repeats 3] [--connections 64]
                         [--scenarios hit-1k,miss] [--only squid|harvest]
     python bench/run.py --calibrate       # how fast each candidate origin is on its own
+    python bench/run.py --disk --memory-mb 64 [--disk-mb 2048] [--squid-store aufs|rock]
 
 Each system is started fresh, pinned to core 0; the origin and wrk share core 1. Each scenario
 is warmed, then measured ``--repeats`` times for ``--duration`` seconds; the medians are printed
-with the Harvest/Squid ratios and written to bench/results/latest.json. See bench/README.md.
+with the Harvest/Squid ratios and written to bench/results/latest.json. By default both proxies
+keep their cache in memory only; ``--disk`` gives both a disk store too (Squid a cache_dir) and
+runs the disk scenarios instead, into bench/results/latest-disk.json. See bench/README.md.
 
 Every process this starts runs in a session (and so a process group) of its own and is stopped
 by that group's id, also on Ctrl-C or SIGTERM; only 127.0.0.1 is ever contacted.
@@ -19,6 +22,7 @@ import argparse
 import collections
 import contextlib
 import datetime
+import functools
 import http.client
 import json
 import os
@@ -32,10 +36,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -46,6 +51,7 @@ ORIGIN_SCRIPT = BENCH / "origin.py"
 VENV_PY = REPO / ".venv" / "bin" / "python"
 HARVEST_BIN = REPO / ".venv" / "bin" / "harvest-cache"
 DEFAULT_OUTPUT = BENCH / "results" / "latest.json"
+DEFAULT_DISK_OUTPUT = BENCH / "results" / "latest-disk.json"
 HOST = "127.0.0.1"
 PROXY_CPU = "0"
 ALL_CPUS = "0,1"
@@ -62,11 +68,16 @@ PACKAGES = {"squid": "squid", "wrk": "wrk", "nginx": "nginx", "taskset": "util-l
 class Scenario:
     name: str
     kind: str  # "hit", "miss" or "reval"
-    size: str  # body size key of SIZES
+    size: str  # body size key of SIZES ("miss": 1k or 16k)
     urls: int  # distinct URLs cycled through ("miss": every URL is new)
     expect: str  # the access-log result code that shows the proxy did the expected thing
-    target: float  # the Harvest/Squid req/s ratio the issue asks for
+    target: float | None  # the Harvest/Squid req/s ratio the issue asks for, if any
     about: str
+    pick: str = "list"  # how wrk goes through the URLs: "list" cycles, "random" at random
+    restart: bool = False  # after warming, stop the proxy and start it again on its store
+    # Concurrent requests for one URL may share one origin request (collapsed forwarding),
+    # so fewer origin requests than requests is no fault.
+    collapses: bool = False
 
 
 SCENARIOS = (
@@ -80,6 +91,45 @@ SCENARIOS = (
     # Last: the storm fills the memory tier, and a full tier slows the admission of new objects.
     Scenario("miss", "miss", "1k", 0, "MISS", 1.5, "unique cacheable 1 KiB URLs, never repeated"),
 )
+# With --disk: both proxies with a disk store as well (see "Disk mode" in bench/README.md).
+DISK_SCENARIOS = (
+    Scenario(
+        "reval-one",
+        "reval",
+        "1k",
+        1,
+        "REFRESH",
+        None,
+        "every connection revalidating one max-age=0 object at once (collapsible)",
+        collapses=True,
+    ),
+    # urls 0: set from --memory-mb, a working set 4 times the memory tier (see parse_args).
+    Scenario(
+        "disk-hit",
+        "hit",
+        "16k",
+        0,
+        "HIT",
+        None,
+        "16 KiB objects, 4 x the memory tier, warmed once, asked for at random",
+        pick="random",
+    ),
+    Scenario(
+        "restart-hit",
+        "hit",
+        "16k",
+        2048,
+        "HIT",
+        None,
+        "2,048 warm 16 KiB objects asked for at random after a restart on the same store",
+        pick="random",
+        restart=True,
+    ),
+    # Last, as in memory mode: the storms fill the stores.
+    Scenario("miss-1k", "miss", "1k", 0, "MISS", None, "unique cacheable 1 KiB URLs, stored"),
+    Scenario("miss-16k", "miss", "16k", 0, "MISS", None, "unique cacheable 16 KiB URLs, stored"),
+)
+DISK_HIT_SET = 4  # disk-hit's working set, in memory tiers
 RSS_SLACK_MIB = 150  # the miss storm's peak RSS may exceed the memory tier by this much
 
 
@@ -314,6 +364,10 @@ http {{
             add_header Cache-Control "max-age=3600";
             try_files /miss.bin =404;
         }}
+        location /miss16k/ {{
+            add_header Cache-Control "max-age=3600";
+            try_files /miss16k.bin =404;
+        }}
         location /reval/ {{
             add_header Cache-Control "max-age=0";
             try_files /reval.bin =404;
@@ -354,6 +408,7 @@ class Origin:
             for name, size in SIZES.items():
                 (www / "obj" / name).write_bytes(os.urandom(size))
             (www / "miss.bin").write_bytes(os.urandom(1024))
+            (www / "miss16k.bin").write_bytes(os.urandom(SIZES["16k"]))
             (www / "reval.bin").write_bytes(os.urandom(1024))
             for rel, body in (extra_files or {}).items():
                 (www / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -406,13 +461,13 @@ class Origin:
 # -- the proxies -------------------------------------------------------------------------------
 
 SQUID_CONF = """\
-# Squid as a memory-only forward proxy: one worker, no cache_dir, ICP/HTCP off.
+# Squid as a {about} forward proxy: one worker, ICP/HTCP off.
 http_port {host}:{port}
 workers 1
 cache_mem {memory_mb} MB
-maximum_object_size_in_memory 8 MB
+maximum_object_size_in_memory {max_in_memory}
 maximum_object_size 64 MB
-memory_cache_mode always
+{cache_dir}memory_cache_mode always
 cache allow all
 http_access allow localhost
 http_access deny all
@@ -434,21 +489,26 @@ shutdown_lifetime 0 seconds
 """
 
 HARVEST_TOML = """\
-# harvest-cache as a memory-only forward proxy, sized like Squid's cache_mem.
+# harvest-cache as a {about} forward proxy, sized like Squid's cache_mem{and_dir}.
 [server]
 listen = "{host}:{port}"
 
 [cache]
 dir = "{dir}/cache"
 memory_mb = {memory_mb}
-disk_mb = 0
-# Squid's maximum_object_size_in_memory is 8 MB: keep 4 MiB objects in memory here too.
-memory_max_object_kb = 8192
-
+disk_mb = {disk_mb}
+{memory_max}
 [log]
 access_log = "{access_log}"
 level = "warning"
 """
+MEMORY_ONLY_LIMIT = """\
+# Squid's maximum_object_size_in_memory is 8 MB: keep 4 MiB objects in memory here too.
+memory_max_object_kb = 8192
+"""
+# With a disk store both keep what they ship with: 512 KiB objects at most in memory.
+DISK_LIMIT = "# memory_max_object_kb: its default (512), as Squid's in memory.\n"
+SQUID_STORES = ("aufs", "rock")
 
 
 class Proxy:
@@ -463,12 +523,16 @@ class Proxy:
         icp_port: int | None = None,
         extra_conf: str = "",
         workers: int = 1,
+        disk_mb: int = 0,
+        squid_store: str = "aufs",
     ) -> None:
         """``icp_port``: answer ICP queries from 127.0.0.0/8 on this UDP port (default: ICP
         off, as in this benchmark); ``extra_conf``: lines appended to the configuration (Squid
         directives, or TOML for harvest-cache); ``workers``: processes, then on every core
         (Squid's ``workers``, harvest-cache's ``--workers``). All three are for other
-        benchmarks (bench/icp.py, bench/workers.py)."""
+        benchmarks (bench/icp.py, bench/workers.py). ``disk_mb``: a disk store of this size
+        besides the memory tier (0: memory only), for Squid a ``cache_dir`` of type
+        ``squid_store`` (aufs or rock) made with ``squid -z`` first."""
         self.system = system
         self.icp_port = icp_port
         self.procs = procs
@@ -477,17 +541,29 @@ class Proxy:
         self.dir.mkdir(parents=True)
         self.log = self.dir / "stderr.log"
         self.access_log = self.dir / "access.log" if access_log else None
+        self.disk_mb = disk_mb
+        about = "memory-only" if not disk_mb else f"memory and disk ({disk_mb} MB)"
         if system == "squid":
             squid = find_tool("squid") or "squid"
             self.version = version_of([squid, "-v"])
             log_line = (
                 f"access_log daemon:{self.access_log} squid" if access_log else "access_log none"
             )
+            if squid_store not in SQUID_STORES:
+                raise BenchError(f"unknown Squid store {squid_store!r}: aufs or rock")
+            cache_dir = ""
+            if disk_mb and squid_store == "aufs":
+                cache_dir = f"cache_dir aufs {self.dir}/cache_dir {disk_mb} 16 256\n"
+            elif disk_mb:
+                cache_dir = f"cache_dir rock {self.dir}/rock {disk_mb}\n"
             conf = self.dir / "squid.conf"
             text = SQUID_CONF.format(
+                about=about if not disk_mb else f"{about}, {squid_store}",
                 host=HOST,
                 port=self.port,
                 memory_mb=memory_mb,
+                max_in_memory="512 KB" if disk_mb else "8 MB",
+                cache_dir=cache_dir,
                 dir=self.dir,
                 access_log=log_line,
                 max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
@@ -505,6 +581,8 @@ class Proxy:
             # -N runs one process whatever `workers` says; SMP needs the master in front.
             argv = [squid, "-N" if workers == 1 else "--foreground", "-f", str(conf)]
             self.error_log = self.dir / "cache.log"
+            if disk_mb:
+                self._make_swap_dirs(squid, conf)
         else:
             if harvest_cmd is None:
                 raise BenchError(
@@ -513,14 +591,22 @@ class Proxy:
                 )
             conf = self.dir / "harvest.toml"
             text = HARVEST_TOML.format(
+                about=about,
+                and_dir=" and cache_dir" if disk_mb else "",
                 host=HOST,
                 port=self.port,
                 memory_mb=memory_mb,
+                disk_mb=disk_mb,
+                memory_max=DISK_LIMIT if disk_mb else MEMORY_ONLY_LIMIT,
                 dir=self.dir,
                 access_log=self.access_log or "none",
             )
             if icp_port:
                 text += f'\n[icp]\nport = {icp_port}\nallow = ["127.0.0.0/8"]\n'
+            if "[admin]" not in extra_conf and has_admin_listener(tuple(harvest_cmd)):
+                # On as shipped, but on a port of its own: the default, 3129, clashes with any
+                # other harvest-cache on the host (another benchmark's, a test's).
+                text += f'\n[admin]\nlisten = "{HOST}:{free_port()}"\n'
             conf.write_text(text + extra_conf)
             argv = [
                 *harvest_cmd,
@@ -533,19 +619,70 @@ class Proxy:
                 "--memory-mb",
                 str(memory_mb),
                 "--disk-mb",
-                "0",
+                str(disk_mb),
             ]
             self.version = version_of([*harvest_cmd, "--version"])
             self.error_log = self.log
         if workers > 1:
             argv = [*argv, "--workers", str(workers)] if system == "harvest" else argv
         self.argv = argv
-        self.proc = procs.start(argv, self.log, PROXY_CPU if workers == 1 else ALL_CPUS)
+        self.cpu = PROXY_CPU if workers == 1 else ALL_CPUS
+        self.start()
+
+    def start(self) -> None:
+        """Start the proxy (again, after ``restart``'s stop) and wait until it serves."""
+        log_from = self.error_log.stat().st_size if self.error_log.exists() else 0
+        self.proc = self.procs.start(self.argv, self.log, self.cpu)
         try:
             wait_listening(self.port, self.proc, 30)
+            if self.system == "squid" and self.disk_mb:
+                self._wait_rebuilt(log_from)
         except BenchError as e:
             self.stop()
             raise BenchError(f"{e}\n{tail(self.log)}\n{tail(self.error_log)}") from None
+
+    def restart(self, grace: float = 30.0) -> tuple[float, bool]:
+        """Stop the proxy with SIGTERM as an operator would, and start it again on the same
+        configuration, port and store. Returns the seconds it took to stop, and whether it
+        stopped by itself within ``grace`` (else it was killed, so not a graceful restart)."""
+        began = time.monotonic()
+        self.procs.stop(self.proc, grace=grace)
+        took = time.monotonic() - began
+        graceful = self.proc.returncode != -signal.SIGKILL
+        self.start()
+        return took, graceful
+
+    def _make_swap_dirs(self, squid: str, conf: Path) -> None:
+        """``squid -z``: create the cache_dir (aufs: its 16 x 256 directories; rock: its
+        database file) before Squid first starts, as an operator does once."""
+        proc = self.procs.start([squid, "-z", "-N", "-f", str(conf)], self.log, PROXY_CPU)
+        try:
+            proc.wait(300)
+        except subprocess.TimeoutExpired:
+            raise BenchError(
+                f"squid -z did not finish in 300 s\n{tail(self.dir / 'cache.log')}"
+            ) from None
+        finally:
+            self.procs.stop(proc)
+        if proc.returncode != 0:
+            raise BenchError(
+                f"squid -z exited with status {proc.returncode}\n{tail(self.log)}\n"
+                f"{tail(self.dir / 'cache.log')}"
+            )
+
+    def _wait_rebuilt(self, log_from: int, timeout: float = 120.0) -> None:
+        """Wait until Squid has indexed its cache_dir: it accepts requests before that, and
+        answers those for objects not yet indexed as misses."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError(f"exited with status {self.proc.returncode} while rebuilding")
+            with contextlib.suppress(OSError), self.error_log.open("rb") as f:
+                f.seek(log_from)
+                if b"Finished rebuilding storage from disk" in f.read():
+                    return
+            time.sleep(0.1)
+        raise BenchError(f"its cache_dir was not rebuilt within {timeout:.0f} s")
 
     @property
     def pgid(self) -> int:
@@ -655,6 +792,18 @@ class Session:
         return isinstance(error, BenchError | KeyboardInterrupt)
 
 
+@functools.cache
+def has_admin_listener(harvest_cmd: tuple[str, ...]) -> bool:
+    """Whether this harvest-cache build has an admin listener (an ``[admin]`` section)."""
+    try:
+        ref = subprocess.run(
+            [*harvest_cmd, "--config-reference"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "## [admin]" in ref
+
+
 def harvest_command(explicit: str | None) -> list[str] | None:
     if explicit:
         return explicit.split()
@@ -739,13 +888,87 @@ def run_wrk(
     raise BenchError(f"wrk printed no summary (status {proc.returncode}):\n{text[-2000:]}")
 
 
+def hit_prefix(scn: Scenario, tag: str) -> str:
+    """A hit scenario's URLs up to their number (``n``), below the origin."""
+    return f"/obj/{scn.size}?r={tag}&n="
+
+
 def lua_args(scn: Scenario, origin: Origin, tag: str, absolute: bool, inm: str = "-") -> list[str]:
     base = f"http://{origin.hostport}" if absolute else "-"
     if scn.kind == "hit":
-        return ["list", base, origin.hostport, f"/obj/{scn.size}?r={tag}&n=", str(scn.urls), inm]
-    if scn.kind == "miss":
-        return ["unique", base, origin.hostport, f"/miss/{tag}-", "0", inm]
+        return [scn.pick, base, origin.hostport, hit_prefix(scn, tag), str(scn.urls), inm]
+    if scn.kind == "miss":  # /miss/ answers 1 KiB, /miss16k/ 16 KiB
+        path = "/miss/" if scn.size == "1k" else f"/miss{scn.size}/"
+        return ["unique", base, origin.hostport, f"{path}{tag}-", "0", inm]
     return ["list", base, origin.hostport, f"/reval/{tag}-", str(scn.urls), inm]
+
+
+def warm(proxy: Proxy, urls: list[str], size: int, clients: int = 8, limit: float = 600) -> float:
+    """Fetch every URL once through the proxy, ``clients`` keep-alive connections at a time
+    (threads; many objects warm in seconds, not minutes); raise unless each answer is a 200
+    of ``size`` bytes, or if it takes over ``limit`` seconds. Returns the seconds it took."""
+    began = time.monotonic()
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def fetch(part: list[str]) -> None:
+        conn = http.client.HTTPConnection(HOST, proxy.port, timeout=30)
+        try:
+            for url in part:
+                if stop.is_set():
+                    return
+                for attempt in (1, 2):  # once more on a new connection if the proxy closed it
+                    try:
+                        conn.request("GET", url)
+                        resp = conn.getresponse()
+                        body = resp.read()
+                        break
+                    except (OSError, http.client.HTTPException) as e:
+                        conn.close()
+                        if attempt == 2:
+                            raise BenchError(f"GET {url} through {proxy.system}: {e!r}") from None
+                if resp.status != 200 or len(body) != size:
+                    raise BenchError(
+                        f"GET {url} through {proxy.system}: status {resp.status}, {len(body)}"
+                        f" bytes (expected 200, {size} bytes)"
+                    )
+        except Exception as e:  # any failure ends the warming, reported by the caller
+            failures.append(str(e) if isinstance(e, BenchError) else f"warming: {e!r}")
+            stop.set()
+        finally:
+            conn.close()
+
+    threads = [
+        threading.Thread(target=fetch, args=(urls[i::clients],), daemon=True)
+        for i in range(clients)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join(max(0.0, began + limit - time.monotonic()))
+        if any(t.is_alive() for t in threads):
+            raise BenchError(f"warming {len(urls)} URLs through {proxy.system} took over {limit} s")
+    finally:
+        stop.set()
+    if failures:
+        raise BenchError(failures[0])
+    return time.monotonic() - began
+
+
+def settle(proxy: Proxy, limit: float = 30.0) -> float:
+    """Wait until the proxy is idle (under 10% of a core over half a second), e.g. done with
+    writing what warming left to write to its disk store; at most ``limit`` seconds. Returns
+    the seconds waited."""
+    began = time.monotonic()
+    last = cpu_seconds(proxy.pgid)
+    while time.monotonic() - began < limit:
+        time.sleep(0.5)
+        now = cpu_seconds(proxy.pgid)
+        if now - last < 0.05:
+            break
+        last = now
+    return time.monotonic() - began
 
 
 def to_run(
@@ -838,7 +1061,9 @@ def check(scn: Scenario, res: ScenarioResult, logged: bool) -> list[str]:
         problems.append(
             f"origin saw {res.origin_requests_per_request:.3f} requests per hit (expected 0)"
         )
-    if scn.kind != "hit" and res.origin_requests_per_request < 0.99:
+    if scn.kind != "hit" and scn.collapses and res.origin_requests_per_request == 0:
+        problems.append("origin saw no requests (expected some: every request is stale)")
+    elif scn.kind != "hit" and not scn.collapses and res.origin_requests_per_request < 0.99:
         problems.append(
             f"origin saw {res.origin_requests_per_request:.3f} requests per request (expected 1)"
         )
@@ -876,13 +1101,23 @@ def bench_system(
     harvest_cmd: list[str] | None,
 ) -> dict[str, Any]:
     say(f"\n=== {system} ===")
-    proxy = Proxy(system, procs, workdir, args.memory_mb, args.access_log == "on", harvest_cmd)
+    proxy = Proxy(
+        system,
+        procs,
+        workdir,
+        args.memory_mb,
+        args.access_log == "on",
+        harvest_cmd,
+        disk_mb=args.disk_mb if args.disk else 0,
+        squid_store=args.squid_store,
+    )
     out: dict[str, Any] = {
         "status": "ok",
         "version": proxy.version,
         "command": proxy.argv,
         "scenarios": {},
     }
+    width = max(9, *(len(s.name) for s in scenarios))
     try:
         proxy.get(f"http://{origin.hostport}/obj/1k?probe=1", SIZES["1k"])
         rss_resettable = True
@@ -890,13 +1125,31 @@ def bench_system(
             tag = f"{system[0]}{time.time_ns() % 10**12:x}"
             size = SIZES[scn.size]
             log_start = proxy.log_offset()
-            if scn.kind == "hit":  # twice: the second fetch must already be a hit
+            notes: list[str] = []
+            if scn.kind == "hit" and scn.pick == "random":  # many objects: once each, 8 at a time
+                prefix = f"http://{origin.hostport}{hit_prefix(scn, tag)}"
+                urls = [f"{prefix}{n}" for n in range(scn.urls)]
+                took = warm(proxy, urls, size)
+                idle = settle(proxy)
+                say(
+                    f"  {scn.name:{width}} warmed {len(urls):,} objects"
+                    f" ({len(urls) * size / MIB:,.0f} MiB) in {took:.1f} s, idle {idle:.1f} s later"
+                )
+            elif scn.kind == "hit":  # twice: the second fetch must already be a hit
                 for _ in range(2):
                     for n in range(scn.urls):
-                        proxy.get(f"http://{origin.hostport}/obj/{scn.size}?r={tag}&n={n}", size)
+                        proxy.get(f"http://{origin.hostport}{hit_prefix(scn, tag)}{n}", size)
             elif scn.kind == "reval":
                 for n in range(scn.urls):
                     proxy.get(f"http://{origin.hostport}/reval/{tag}-{n}", size)
+            if scn.restart:
+                stopped, graceful = proxy.restart()
+                say(
+                    f"  {scn.name:{width}} restarted: stopped in {stopped:.1f} s"
+                    + ("" if graceful else " (KILLED: it did not stop on SIGTERM)")
+                )
+                if not graceful:
+                    notes.append("the proxy did not stop on SIGTERM and was killed")
             rss_resettable = reset_peak_rss(proxy.pgid) and rss_resettable
             measured_since = time.time()
             runs: list[Run] = []
@@ -918,7 +1171,7 @@ def bench_system(
                 run = to_run(raw, served, cpu, raw["cpu_seconds"], origin_cpu, cores)
                 runs.append(run)
                 say(
-                    f"  {scn.name:9} run {r + 1}/{args.repeats}: {run.rps:11,.0f} req/s"
+                    f"  {scn.name:{width}} run {r + 1}/{args.repeats}: {run.rps:11,.0f} req/s"
                     f" {run.mibps:9,.1f} MiB/s  p50 {run.p50_ms:7.2f} ms  p99 {run.p99_ms:7.2f} ms"
                     f"  cpu {run.proxy_cpu_percent:3.0f}% ({run.proxy_cpu_us:.1f} us/req)"
                     f" (wrk {run.client_cpu_percent:.0f}%, origin {run.origin_cpu_percent:.0f}%,"
@@ -944,13 +1197,16 @@ def bench_system(
                 origin_cpu_percent=median([r.origin_cpu_percent for r in runs]),
                 log_codes=dict(proxy.log_codes(log_start, measured_since).most_common()),
             )
-            res.checks = check(scn, res, proxy.access_log is not None)
+            res.checks = notes + check(scn, res, proxy.access_log is not None)
             for problem in res.checks:
                 say(f"  WARNING {scn.name}: {problem}")
             out["scenarios"][scn.name] = asdict(res)
         out["peak_rss_per_scenario"] = rss_resettable
     finally:
         proxy.stop()
+        if args.disk and not args.keep:  # a round's stores can take gigabytes
+            for store in ("cache", "cache_dir", "rock"):
+                shutil.rmtree(proxy.dir / store, ignore_errors=True)
     return out
 
 
@@ -1054,7 +1310,8 @@ def ratios(results: dict[str, Any], scenarios: list[Scenario], memory_mb: int) -
             "rss": round(h["peak_rss_mib"] / s["peak_rss_mib"], 2) if s["peak_rss_mib"] else None,
             "target_rps": scn.target,
         }
-        r["meets_target"] = r["rps"] is not None and r["rps"] >= scn.target
+        if scn.target is not None:
+            r["meets_target"] = r["rps"] is not None and r["rps"] >= scn.target
         if scn.kind == "miss":
             r["rss_limit_mib"] = memory_mb + RSS_SLACK_MIB
             r["meets_rss_limit"] = h["peak_rss_mib"] <= memory_mb + RSS_SLACK_MIB
@@ -1063,8 +1320,9 @@ def ratios(results: dict[str, Any], scenarios: list[Scenario], memory_mb: int) -
 
 
 def table(report: dict[str, Any], scenarios: list[Scenario], out: TextIO) -> None:
+    w = max(9, *(len(s.name) for s in scenarios))
     head = (
-        f"{'scenario':9} {'system':8} {'req/s':>10} {'MiB/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
+        f"{'scenario':{w}} {'system':8} {'req/s':>10} {'MiB/s':>9} {'p50 ms':>8} {'p99 ms':>8}"
         f" {'RSS MiB':>8} {'cpu0%':>5} {'us/req':>7} {'cpu1%':>5} {'orig/req':>8}  log"
     )
     print("\n" + head, file=out)
@@ -1076,7 +1334,7 @@ def table(report: dict[str, Any], scenarios: list[Scenario], out: TextIO) -> Non
             if sys_res is None:
                 continue
             if sys_res["status"] != "ok":
-                print(f"{scn.name:9} {system:8} could not run: see above", file=out)
+                print(f"{scn.name:{w}} {system:8} could not run: see above", file=out)
                 continue
             r = sys_res["scenarios"].get(scn.name)
             if r is None:
@@ -1089,7 +1347,7 @@ def table(report: dict[str, Any], scenarios: list[Scenario], out: TextIO) -> Non
                 else "-"
             )
             print(
-                f"{scn.name:9} {system:8} {r['rps']:10,.0f} {r['mibps']:9,.1f}"
+                f"{scn.name:{w}} {system:8} {r['rps']:10,.0f} {r['mibps']:9,.1f}"
                 f" {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['peak_rss_mib']:8.1f}"
                 f" {r['proxy_cpu_percent']:5.0f} {r['proxy_cpu_us']:7.1f}"
                 f" {r['client_cpu_percent'] + r['origin_cpu_percent']:5.0f}"
@@ -1099,17 +1357,18 @@ def table(report: dict[str, Any], scenarios: list[Scenario], out: TextIO) -> Non
             )
         ratio = report["ratios"].get(scn.name)
         if ratio:
-            verdict = "meets" if ratio["meets_target"] else "MISSES"
             line = (
-                f"{scn.name:9} {'H/S':8} {ratio['rps']:9.2f}x {ratio['mibps']:8.2f}x"
-                f" {ratio['p50']:7.2f}x {ratio['p99']:7.2f}x {ratio['rss']:7.2f}x"
-                f"   target req/s >= {scn.target:g}x: {verdict}"
+                f"{scn.name:{w}} {'H/S':8} {ratio['rps']:9.2f}x {ratio['mibps']:8.2f}x"
+                f" {ratio['p50']:7.2f}x {ratio['p99']:7.2f}x {ratio['rss']:7.2f}x "
             )
+            if "meets_target" in ratio:
+                verdict = "meets" if ratio["meets_target"] else "MISSES"
+                line += f"  target req/s >= {scn.target:g}x: {verdict};"
             if "meets_rss_limit" in ratio:
-                line += f"; RSS <= {ratio['rss_limit_mib']} MiB: " + (
+                line += f" RSS <= {ratio['rss_limit_mib']} MiB: " + (
                     "meets" if ratio["meets_rss_limit"] else "MISSES"
                 )
-            print(line, file=out)
+            print(line.rstrip(" ;"), file=out)
     out.flush()
 
 
@@ -1124,8 +1383,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="wrk threads, all on core 1 (1)")
     p.add_argument(
         "--scenarios",
-        default=",".join(s.name for s in SCENARIOS),
-        help="comma-separated subset of: " + ", ".join(s.name for s in SCENARIOS),
+        help="comma-separated subset of: " + ", ".join(s.name for s in SCENARIOS) + " (all);"
+        " with --disk: " + ", ".join(s.name for s in DISK_SCENARIOS) + " (all)",
     )
     p.add_argument(
         "--rounds",
@@ -1144,15 +1403,55 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--origin", choices=("nginx", "python"), default="nginx", help="(nginx)")
     p.add_argument("--harvest-cmd", help="command that starts harvest-cache (default: the venv's)")
-    p.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="JSON results file")
+    p.add_argument(
+        "--disk",
+        action="store_true",
+        help="disk mode: both proxies with a disk store as well (harvest-cache's disk tier,"
+        " a Squid cache_dir), running the disk scenarios",
+    )
+    p.add_argument("--disk-mb", type=int, help="with --disk: the disk store of both (2048)")
+    p.add_argument(
+        "--squid-store", choices=SQUID_STORES, help="with --disk: Squid's cache_dir type (aufs)"
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        help=f"JSON results file ({DEFAULT_OUTPUT.relative_to(REPO)};"
+        f" with --disk {DEFAULT_DISK_OUTPUT.relative_to(REPO)})",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work dir (configs, logs)")
     p.add_argument("--calibrate", action="store_true", help="measure the candidate origins instead")
     args = p.parse_args(argv)
-    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
-    known = {s.name for s in SCENARIOS}
+    if not args.disk and (args.disk_mb is not None or args.squid_store is not None):
+        p.error("--disk-mb and --squid-store need --disk")
+    args.disk_mb = 2048 if args.disk_mb is None else args.disk_mb
+    args.squid_store = args.squid_store or "aufs"
+    if args.output is None:
+        args.output = DEFAULT_DISK_OUTPUT if args.disk else DEFAULT_OUTPUT
+    catalogue = DISK_SCENARIOS if args.disk else SCENARIOS
+    mode = " with --disk" if args.disk else " without --disk"
+    names = [n.strip() for n in (args.scenarios or "").split(",") if n.strip()]
+    names = names or [s.name for s in catalogue]
+    known = {s.name for s in catalogue}
     if unknown := [n for n in names if n not in known]:
-        p.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    args.scenario_list = [s for s in SCENARIOS if s.name in names]
+        p.error(
+            f"unknown scenario(s){mode} {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    args.scenario_list = [s for s in catalogue if s.name in names]
+    if args.disk:
+        if args.disk_mb < 64 or args.memory_mb < 1:
+            p.error("need --disk-mb >= 64 and --memory-mb >= 1")
+        working_set = DISK_HIT_SET * args.memory_mb
+        if "disk-hit" in names and working_set > 0.75 * args.disk_mb:
+            p.error(
+                f"disk-hit's working set, {DISK_HIT_SET} x --memory-mb = {working_set} MiB, must"
+                f" fit in three quarters of --disk-mb ({args.disk_mb}) with room for the rest:"
+                " use --memory-mb 64 (a 256 MiB set), or a larger --disk-mb"
+            )
+        objects = working_set * MIB // SIZES["16k"]
+        args.scenario_list = [
+            replace(s, urls=objects) if s.name == "disk-hit" else s for s in args.scenario_list
+        ]
     if args.duration <= 0 or args.duration > 600 or args.repeats < 1 or args.connections < 1:
         p.error("need 0 < --duration <= 600, --repeats >= 1, --connections >= 1")
     if args.rounds < 1:
@@ -1213,7 +1512,12 @@ def main(argv: list[str] | None = None) -> int:
             f"origin {origin.version} on {origin.hostport}, core {ORIGIN_CPU}; proxies on"
             f" core {PROXY_CPU}; wrk -t{args.threads} -c{args.connections} on core"
             f" {CLIENT_CPU}; {args.repeats} x {args.duration:g} s per scenario;"
-            f" access logs {args.access_log}"
+            f" access logs {args.access_log}; memory tiers {args.memory_mb} MB"
+            + (
+                f"; disk stores {args.disk_mb} MB (Squid {args.squid_store})"
+                if args.disk
+                else ", no disk stores"
+            )
         )
         report: dict[str, Any] = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -1230,6 +1534,8 @@ def main(argv: list[str] | None = None) -> int:
                 "connections": args.connections,
                 "wrk_threads": args.threads,
                 "memory_mb": args.memory_mb,
+                "disk_mb": args.disk_mb if args.disk else 0,
+                **({"squid_store": args.squid_store} if args.disk else {}),
                 "access_log": args.access_log,
                 "origin": origin.version,
                 "cores": {"proxy": PROXY_CPU, "origin": ORIGIN_CPU, "wrk": CLIENT_CPU},

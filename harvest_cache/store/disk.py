@@ -6,10 +6,11 @@ executor, never on the event loop. Under the cache directory::
     objects/   the diskcache.Cache: its SQLite index and body files (objects/xx/yy/*.val)
     tmp/       spools of bodies being written; any found at open belong to a dead process
 
-An object is two rows. ``h:KEY`` holds its record (codec.py), which names a body row
-``b:TOKEN`` with a fresh token per commit; the body is inline in SQLite when small, else a
-file. Since a record names exactly one body, a reader never pairs a head with another
-version's body, however a concurrent commit interleaves with its two lookups.
+An object is one row or two. ``h:KEY`` holds its record (codec.py): a body under 32 KiB is
+kept in the record itself, one row; a larger one is a file, named by a body row ``b:TOKEN``
+with a fresh token per commit. Since a record holds or names exactly one body, a reader never
+pairs a head with another version's body, however a concurrent commit interleaves with its
+two lookups.
 
 Crash safety. A body is written to a spool in tmp/; both rows are committed in one SQLite
 transaction; then the spool is renamed to the file name the body row already holds. A kill
@@ -59,6 +60,8 @@ from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, Found, StoredObject
 
 EVICTION_POLICY = "least-recently-stored"
+# Pages of the index each SQLite connection caches (4 KiB each).
+SQLITE_CACHE_PAGES = 1024
 # The policy's cull, keys included (see "Eviction" above).
 _OLDEST = "SELECT rowid, key, filename FROM Cache ORDER BY store_time LIMIT 10"
 # What the storage layers raise; each is mapped to DiskError at this module's boundary.
@@ -234,6 +237,12 @@ class DiskTier:
                 eviction_policy=EVICTION_POLICY,
                 cull_limit=0,
                 statistics=0,  # statistics would make every get a write transaction
+                # Each thread has a connection of its own; with diskcache's defaults each
+                # mapped 64 MiB of the index and cached 32 MiB of its pages, counted once per
+                # connection (a 1 KiB miss storm peaked at 326 MiB with a 64 MiB memory tier).
+                # The kernel's page cache holds the index once for all of them.
+                sqlite_mmap_size=0,
+                sqlite_cache_size=SQLITE_CACHE_PAGES,
             )
             held = {hash(name[2:]) for (name,) in cache._sql(_ALL_RECORDS)}
         except STORAGE_ERRORS as e:
@@ -258,6 +267,8 @@ class DiskTier:
             record = self._record(key)
             if not isinstance(record, ObjectRecord):
                 return record
+            if record.inline is not None:
+                return StoredObject(record.head, _checked(record, record.inline, -1), "disk")
             body = self._cache.get(record.body_key, read=True)
             if body is None:  # evicted, or committed and not yet renamed into place
                 return None
@@ -284,8 +295,7 @@ class DiskTier:
             with self._mutating():
                 if spool is None:
                     assert isinstance(body, bytes)
-                    record = ObjectRecord(head, _new_body_key(), zlib.crc32(body))
-                    replaced = self._store(key, record, body)
+                    replaced = self._store(key, ObjectRecord(head, "", zlib.crc32(body), body))
                 else:
                     staged = _Staged(self._cache.disk.filename()[0], spool.size)
                     record = ObjectRecord(head, _new_body_key(), spool.crc32)
@@ -305,13 +315,14 @@ class DiskTier:
 
     def commit_many(self, objects: list[tuple[str, StoredHead, bytes]]) -> int:
         """Store objects whose bodies are shorter than ``inline_limit``, in one transaction;
-        the rows evicted to make room."""
+        the rows evicted to make room. (Only this process writes behind, so the membership
+        tells which keys are new: for those the record replaced is not looked for.)"""
         try:
             with self._mutating(), self._cache.transact():
                 for key, head, body in objects:
                     assert len(body) < self._min_file_size, "only inline bodies are batched"
-                    record = ObjectRecord(head, _new_body_key(), zlib.crc32(body))
-                    self._store(key, record, body)
+                    record = ObjectRecord(head, "", zlib.crc32(body), body)
+                    self._store(key, record, known_new=not self.may_hold(key))
                 return self._cull()
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot store {len(objects)} objects: {e}") from e
@@ -320,7 +331,7 @@ class DiskTier:
         """Store a Vary marker under ``key``; returns the number of rows evicted."""
         try:
             with self._mutating():
-                self._store(key, marker, None)
+                self._store(key, marker)
                 return self._cull()
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot store the marker {key!r}: {e}") from e
@@ -332,7 +343,7 @@ class DiskTier:
                 old = self._record_or_none(key)
                 if isinstance(old, ObjectRecord):
                     new_head = head.with_body_length(old.head.body_length)
-                    new = ObjectRecord(new_head, old.body_key, old.body_crc32)
+                    new = ObjectRecord(new_head, old.body_key, old.body_crc32, old.inline)
                     self._cache.set(_head_key(key), encode(new))
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot update the head of {key!r}: {e}") from e
@@ -368,16 +379,22 @@ class DiskTier:
     # -- under the lock ----------------------------------------------------------------------
 
     def _store(
-        self, key: str, record: ObjectRecord | VaryMarker, value: bytes | _Staged | None
+        self,
+        key: str,
+        record: ObjectRecord | VaryMarker,
+        staged: _Staged | None = None,
+        *,
+        known_new: bool = False,
     ) -> bool:
-        """Put ``record`` (and its body ``value``) under ``key``, dropping the old body;
-        whether ``key`` held anything."""
+        """Put ``record`` (and the body file ``staged``, unless it is inline or a marker)
+        under ``key``, dropping the old body; whether ``key`` held anything."""
         with self._cache.transact():
-            old = self._record_or_none(key)
-            if isinstance(record, ObjectRecord):
-                self._cache.set(record.body_key, value)
+            old = None if known_new else self._record_or_none(key)
+            if staged is not None:
+                assert isinstance(record, ObjectRecord)
+                self._cache.set(record.body_key, staged)
             self._cache.set(_head_key(key), encode(record))
-            if isinstance(old, ObjectRecord):
+            if isinstance(old, ObjectRecord) and old.inline is None:
                 self._cache.delete(old.body_key)
         self._held.add(hash(key))
         return old is not None
@@ -396,7 +413,7 @@ class DiskTier:
         with self._cache.transact():
             old = self._record_or_none(key)
             self._cache.delete(_head_key(key))
-            if isinstance(old, ObjectRecord):
+            if isinstance(old, ObjectRecord) and old.inline is None:
                 self._cache.delete(old.body_key)
         self._held.discard(hash(key))
 
