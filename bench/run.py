@@ -537,6 +537,7 @@ class Proxy:
         self.icp_port = icp_port
         self.procs = procs
         self.port = free_port()
+        self.admin_port: int | None = None  # harvest-cache's, for its metrics
         self.dir = workdir / system
         self.dir.mkdir(parents=True)
         self.log = self.dir / "stderr.log"
@@ -606,7 +607,8 @@ class Proxy:
             if "[admin]" not in extra_conf and has_admin_listener(tuple(harvest_cmd)):
                 # On as shipped, but on a port of its own: the default, 3129, clashes with any
                 # other harvest-cache on the host (another benchmark's, a test's).
-                text += f'\n[admin]\nlisten = "{HOST}:{free_port()}"\n'
+                self.admin_port = free_port()
+                text += f'\n[admin]\nlisten = "{HOST}:{self.admin_port}"\n'
             conf.write_text(text + extra_conf)
             argv = [
                 *harvest_cmd,
@@ -704,6 +706,22 @@ class Proxy:
                 f"GET {url} through {self.system}: status {resp.status}, {len(body)} bytes"
                 f" (expected 200, {expect_len} bytes)"
             )
+
+    def disk_skips(self) -> int:
+        """Objects harvest-cache kept off its disk tier so far, its writer being too far
+        behind (its metric); 0 for Squid, which has no such counter."""
+        if self.admin_port is None:
+            return 0
+        conn = http.client.HTTPConnection(HOST, self.admin_port, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        for line in text.splitlines():
+            if line.startswith("harvest_cache_store_disk_skips_total "):
+                return int(float(line.split()[1]))
+        return 0
 
     def log_offset(self) -> int:
         if self.access_log is None:
@@ -846,6 +864,9 @@ class Run:
     others_core0_percent: float  # processes other than the proxy on its core
     others_core1_percent: float  # processes other than wrk and the origin on theirs
     steal_percent: float  # time the hypervisor took from both cores
+    # Objects the proxy did not store on its disk tier, its writer being too far behind
+    # (harvest-cache's metric): misses that cost less than storing them would.
+    disk_skips: int = 0
 
 
 def run_wrk(
@@ -1027,6 +1048,7 @@ class ScenarioResult:
     client_cpu_percent: float
     origin_cpu_percent: float
     log_codes: dict[str, int]
+    disk_skips: int = 0  # summed over the runs
     checks: list[str] = field(default_factory=list)
 
 
@@ -1066,6 +1088,11 @@ def check(scn: Scenario, res: ScenarioResult, logged: bool) -> list[str]:
     elif scn.kind != "hit" and not scn.collapses and res.origin_requests_per_request < 0.99:
         problems.append(
             f"origin saw {res.origin_requests_per_request:.3f} requests per request (expected 1)"
+        )
+    if res.disk_skips > 0.01 * requests:
+        problems.append(
+            f"{res.disk_skips} objects ({100 * res.disk_skips / max(requests, 1):.0f}% of the"
+            " requests) were not stored on disk: its writer fell behind"
         )
     problems += disturbances(res.runs)
     if res.proxy_cpu_percent < 80:
@@ -1157,6 +1184,7 @@ def bench_system(
                 run_tag = f"{tag}r{r}" if scn.kind == "miss" else tag
                 before = origin.requests_served()
                 cpu_before = cpu_seconds(proxy.pgid)
+                skips_before = proxy.disk_skips()
                 origin_cpu = cpu_seconds(origin.proc.pid)
                 cores_before = core_seconds()
                 raw = run_wrk(
@@ -1169,6 +1197,7 @@ def bench_system(
                 if proxy.proc.poll() is not None:
                     raise BenchError(f"{system} died during {scn.name}\n{tail(proxy.error_log)}")
                 run = to_run(raw, served, cpu, raw["cpu_seconds"], origin_cpu, cores)
+                run.disk_skips = proxy.disk_skips() - skips_before
                 runs.append(run)
                 say(
                     f"  {scn.name:{width}} run {r + 1}/{args.repeats}: {run.rps:11,.0f} req/s"
@@ -1178,6 +1207,7 @@ def bench_system(
                     f" others {run.others_core0_percent:.0f}%/{run.others_core1_percent:.0f}%,"
                     f" steal {run.steal_percent:.0f}%)"
                     + (f"  errors {run.errors}" if run.errors else "")
+                    + (f"  not stored on disk {run.disk_skips:,}" if run.disk_skips else "")
                 )
             requests = sum(r.requests for r in runs)
             res = ScenarioResult(
@@ -1196,6 +1226,7 @@ def bench_system(
                 client_cpu_percent=median([r.client_cpu_percent for r in runs]),
                 origin_cpu_percent=median([r.origin_cpu_percent for r in runs]),
                 log_codes=dict(proxy.log_codes(log_start, measured_since).most_common()),
+                disk_skips=sum(r.disk_skips for r in runs),
             )
             res.checks = notes + check(scn, res, proxy.access_log is not None)
             for problem in res.checks:
@@ -1244,6 +1275,7 @@ def merge_rounds(outs: list[dict[str, Any]]) -> dict[str, Any]:
         requests = sum(run["requests"] for run in runs)
         origin = sum(run["origin_requests"] for run in runs)
         one["origin_requests_per_request"] = round(origin / max(requests, 1), 4)
+        one["disk_skips"] = sum(part.get("disk_skips", 0) for part in parts)
         one["checks"] = sorted({c for part in parts for c in part["checks"]})
         merged["scenarios"][name] = one
     return merged
