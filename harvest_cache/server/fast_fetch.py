@@ -86,6 +86,7 @@ _SET_ON_FETCHED = frozenset({"connection", "content-length"})
 _SET_ON_STORED = _SET_ON_FETCHED | {"age"}
 _REVALIDATED = "TCP_REFRESH_UNMODIFIED"
 _MISSED = "TCP_MISS"
+_COLLAPSED = "TCP_CF_MISS"
 
 
 class FastPath:
@@ -97,8 +98,8 @@ class FastPath:
     plan (``recognised`` of them with a 304 recognised unparsed), ``planned_misses`` those
     that repeated a miss plan (``recognised_misses`` of them with a response recognised
     unparsed) and ``carried`` those answered with the answer of another request's planned
-    revalidation, asked for the same way while it was in flight; for metrics, and for tests
-    to see which path ran.
+    revalidation or miss, asked for the same way while it was in flight; for metrics, and
+    for tests to see which path ran.
     """
 
     def __init__(
@@ -175,9 +176,13 @@ class FastPath:
         if rest is None:
             return False
         url = target.decode("latin-1")
+        if self.fetcher.flying(url):
+            # Asked as this plan's fetch of it asked: its answer; any other: the general path.
+            holder = self.fetcher.holder(url)
+            return isinstance(holder, FastFetch) and holder.carry_miss(conn, plan)
         memory = self.memory
-        if self.fetcher.flying(url) or memory.get(url) is not None or memory.on_disk(url):
-            return False  # joining a fetch, or a stored object: the general ways
+        if memory.get(url) is not None or memory.on_disk(url):
+            return False  # a stored object: the general way
         upstream = self.pool.take_idle(plan.host, plan.port, conn.client_ip)
         if upstream is None:
             return False
@@ -410,11 +415,23 @@ class FastFetch:
             return False
         if held is not plan.obj or fields != plan.shape:
             return False
+        self._carry(conn)
+        return True
+
+    def carry_miss(self, conn: ClientConnection, plan: MissPlan) -> bool:
+        """Answer ``conn``'s request with this fetch's answer, as a request that joined it,
+        if this is the miss ``plan`` still under way (whose key is the request's: the same
+        client, origin and fields)."""
+        if self._plan is not plan or not plan.collapsed_field:
+            return False
+        self._carry(conn)
+        return True
+
+    def _carry(self, conn: ClientConnection) -> None:
         riders = self._riders
         if riders is None:
             riders = self._riders = []
         riders.append((conn, time.monotonic()))
-        return True
 
     def _release_riders(self) -> None:
         """Send the riders to the general path (the plan did not hold, or a rider must close
@@ -670,6 +687,8 @@ class FastFetch:
         riders, self._riders = self._riders, None
         if riders is None:
             return
+        if isinstance(plan, MissPlan):
+            answer, result = (plan.collapsed_head(answer[0]), answer[1]), _COLLAPSED
         closing = []
         for rider, started in riders:
             if rider.must_close:
@@ -945,6 +964,9 @@ class FastFetch:
             stored=head_to_store(target.url, status, reason, headers, decision, times, "", length),
             client_head=client_head,
             cache_status=cache_status_value,
+            collapsed_status=cache_status(
+                path.name, hit=False, fwd="uri-miss", fwd_status=status, collapsed=True
+            ),
             via=path.via,
             replaced=_SET_ON_FETCHED,
             content_type=tx.content_type,

@@ -64,6 +64,18 @@ def planned_misses(cache: CacheServer) -> int:
     return cache.proxy.fast.planned_misses
 
 
+def carried(cache: CacheServer) -> int:
+    assert cache.proxy is not None
+    return cache.proxy.fast.carried
+
+
+def riders_waiting(cache: CacheServer, url: str) -> int:
+    """Clients waiting for the answer of the planned fetch of ``url`` in flight."""
+    assert cache.proxy is not None
+    holder = cache.proxy.fast.fetcher.holder(url)
+    return len(getattr(holder, "_riders", None) or ())
+
+
 def miss_plans(cache: CacheServer) -> int:
     """How many miss plans the cache holds."""
     assert cache.proxy is not None
@@ -1003,13 +1015,46 @@ async def test_clients_join_a_planned_miss(origin: Origin, make_cache: MakeCache
         check_answer(resp, objects, path, joined=True)
     assert origin.hits[path] == 1
     assert planned_misses(cache) == 1
-    assert lean(cache) == (2, 0)
+    assert carried(cache) == 4  # answered from the planned answer, not the general path
+    assert lean(cache) == (6, 0)
     hit = await fetch(cache, url, headers=FIELDS)
     assert (hit.body, params(hit).get("hit")) == (objects.body(path), True)
     assert origin.hits[path] == 1
     lines = await stop_and_read_log(cache)
     # (the planned answer is logged as it is sent, before the joined clients are answered)
     assert results_for(lines, url) == ["TCP_MISS"] + ["TCP_CF_MISS"] * 4 + ["TCP_MEM_HIT"]
+
+
+async def test_clients_riding_a_planned_miss_answered_otherwise_join_its_fetch(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    """The response is not the planned one: the waiting clients go to the general path,
+    which gives them its answer from the same fetch."""
+    cache, _, _, _ = await planned_setup(make_cache, origin)
+    gate = asyncio.Event()
+    calls = 0
+
+    async def other_shape(request: web.Request) -> web.Response:
+        nonlocal calls
+        calls += 1
+        async with asyncio.timeout(5):
+            await gate.wait()
+        headers = {"Cache-Control": "max-age=60", "X-Other": "not planned"}
+        return web.Response(body=b"not as planned", headers=headers)
+
+    origin.route("/m/other", other_shape)
+    url = origin.url("/m/other")
+    async with asyncio.timeout(10):
+        first = asyncio.create_task(fetch(cache, url, headers=FIELDS))
+        await wait_until(lambda: calls == 1)
+        others = [asyncio.create_task(fetch(cache, url, headers=FIELDS)) for _ in range(3)]
+        await wait_until(lambda: riders_waiting(cache, url) == len(others))
+        gate.set()
+        responses = await asyncio.gather(first, *others)
+    assert [(r.status, r.body) for r in responses] == [(200, b"not as planned")] * 4
+    assert calls == 1  # one request for all four
+    assert carried(cache) == 0
+    assert all(r.get("X-Other") == "not planned" for r in responses)
 
 
 async def test_client_joins_a_planned_miss_whose_body_is_under_way(
@@ -1056,7 +1101,8 @@ async def test_client_joins_a_planned_miss_whose_body_is_under_way(
     assert "collapsed" not in params(responses[0])
     assert params(responses[1]).get("collapsed") is True
     assert planned_misses(cache) == 1
-    assert lean(cache) == (2, 0)
+    assert carried(cache) == 1
+    assert lean(cache) == (3, 0)
 
 
 # -- one client connection ---------------------------------------------------------------------

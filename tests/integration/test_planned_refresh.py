@@ -26,7 +26,7 @@ from tests.integration.test_miss_fast_path import (
     params,
     results_for,
 )
-from tests.integration.test_planned_miss import fast_fetches_left
+from tests.integration.test_planned_miss import fast_fetches_left, riders_waiting
 from tests.support import (
     MakeCache,
     Origin,
@@ -61,13 +61,6 @@ def recognised(cache: CacheServer) -> int:
 def carried(cache: CacheServer) -> int:
     assert cache.proxy is not None
     return cache.proxy.fast.carried
-
-
-def carried_waiting(cache: CacheServer, url: str) -> int:
-    """Clients waiting for the answer of the planned revalidation of ``url`` in flight."""
-    assert cache.proxy is not None
-    holder = cache.proxy.fast.fetcher.holder(url)
-    return len(getattr(holder, "_riders", None) or ())
 
 
 def has_plan(cache: CacheServer, url: str) -> bool:
@@ -616,7 +609,7 @@ async def test_clients_riding_a_planned_revalidation_that_gets_a_200_join_its_fe
         first = asyncio.create_task(fetch(cache, url, headers=FIELDS))
         await wait_until(lambda: changed == 1)
         others = [asyncio.create_task(fetch(cache, url, headers=FIELDS)) for _ in range(3)]
-        await wait_until(lambda: carried_waiting(cache, url) == len(others))
+        await wait_until(lambda: riders_waiting(cache, url) == len(others))
         gate.set()
         responses = await asyncio.gather(first, *others)
     assert [(r.status, r.body) for r in responses] == [(200, b"the new body")] * 4

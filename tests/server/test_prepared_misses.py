@@ -27,6 +27,9 @@ from harvest_cache.server.prepared.misses import MissPlan, MissPlans, plan_key, 
 
 VIA = via_entry("1.1", "test-cache")
 STATUS_VALUE = cache_status("test-cache", hit=False, fwd="uri-miss", fwd_status=200, stored=True)
+COLLAPSED_VALUE = cache_status(
+    "test-cache", hit=False, fwd="uri-miss", fwd_status=200, collapsed=True
+)
 REPLACED = frozenset({"connection", "content-length"})  # as the miss fast path sets them
 NO_DIRECTIVES = parse_cache_control(())
 REQUEST_TAIL = b" HTTP/1.1\r\nHost: origin.test:8080\r\nVia: 1.1 test-cache\r\n\r\n"
@@ -105,6 +108,7 @@ def make_plan(
         stored=full.stored if stored is None else stored,
         client_head=full.client_head if client_head is None else client_head,
         cache_status=STATUS_VALUE,
+        collapsed_status=COLLAPSED_VALUE,
         via=VIA,
         replaced=REPLACED,
         content_type=full.content_type,
@@ -419,3 +423,13 @@ def test_any_planned_shape_repeats_the_full_path(
         changed = list(later)
         changed[static] = (raw[static][0], raw[static][1] + b"x")
         assert plan.match(200, "OK", changed) is None
+
+
+def test_a_request_joining_the_planned_fetch_gets_the_head_collapsed_and_not_stored() -> None:
+    plan = planned()
+    head = plan.client_head(nginx(), 5)
+    joined = plan.collapsed_head(head)
+    assert f"Cache-Status: {STATUS_VALUE}\r\n".encode() in head
+    assert joined == head.replace(STATUS_VALUE.encode(), COLLAPSED_VALUE.encode())
+    assert b"collapsed" in joined
+    assert b"stored" not in joined

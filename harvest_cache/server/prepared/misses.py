@@ -81,6 +81,10 @@ class MissPlan:
     stored_varying: tuple[tuple[int, str, int], ...]  # (position, name, index in the reply)
     head_parts: tuple[bytes | int, ...]  # client head: bytes, and indexes of varying values
     content_type: str
+    # The client head's Cache-Status line, and the one for a request that joins the planned
+    # fetch (collapsed, not stored by it); empty if the head cannot be told apart that way.
+    status_field: bytes = b""
+    collapsed_field: bytes = b""
     # The shape of a planned response, learnt from one parsed as planned (a keep-alive one):
     # later ones are recognised in their bytes, unparsed (``recognised``).
     shape: ReplyShape | None = None
@@ -162,6 +166,10 @@ class MissPlan:
         parts = [p if isinstance(p, bytes) else raw[p][1] for p in self.head_parts]
         return b"%bContent-Length: %d\r\n\r\n" % (b"".join(parts), length)
 
+    def collapsed_head(self, head: bytes) -> bytes:
+        """A planned answer's ``head`` as a request that joined its fetch gets it."""
+        return head.replace(self.status_field, self.collapsed_field, 1)
+
     def log_tail(self, url: str, peer: str) -> bytes:
         """The access-log line's fields after the size."""
         return line_tail("GET", url, Hierarchy.HIER_DIRECT, peer, None, self.content_type)
@@ -178,6 +186,7 @@ def plan_miss(
     stored: StoredHead,
     client_head: bytes,
     cache_status: str,
+    collapsed_status: str,
     via: str,
     replaced: frozenset[str],
     content_type: str,
@@ -187,7 +196,8 @@ def plan_miss(
     """A plan of a miss just worked out in full: ``request`` (sent upstream) got the response
     of ``status``, ``reason`` and raw fields ``reply``, stored under ``stored`` and answered
     with ``client_head`` (composed by ``forwarded_head`` with ``via``, a Cache-Status of
-    ``cache_status`` and a Content-Length, without the fields ``replaced``). None if the
+    ``cache_status`` and a Content-Length, without the fields ``replaced``); a request that
+    joins such a fetch gets a Cache-Status of ``collapsed_status`` instead. None if the
     miss is not one a plan can repeat; a plan is only made if it reproduces the stored head
     and the client head of this response exactly."""
     if _needs_validator(stored):
@@ -239,6 +249,9 @@ def plan_miss(
     )
     # (the blank line ending the head comes after the framing, added per answer)
     pieces = _MARK.split(composed[:-2])
+    status_field = f"Cache-Status: {cache_status}\r\n".encode("latin-1")
+    if composed.count(status_field) != 1:
+        status_field = b""
     head_parts = tuple(
         piece if n % 2 == 0 else int(piece) for n, piece in enumerate(pieces) if piece
     )
@@ -258,6 +271,10 @@ def plan_miss(
         stored_varying=stored_varying,
         head_parts=head_parts,
         content_type=content_type,
+        status_field=status_field,
+        collapsed_field=f"Cache-Status: {collapsed_status}\r\n".encode("latin-1")
+        if status_field
+        else b"",
     )
     length = plan.match(status, reason, reply)
     if length is None or length != stored.body_length:
