@@ -18,8 +18,7 @@ callbacks:
   next request asked the same way.
 
 A miss comes here only if the disk tier certainly does not hold the object (its membership,
-``MemoryView.on_disk``); one it may hold is read from it on the store's threads and, if the
-read finds a fresh object, answered as a disk hit (``disk_hits``).
+``MemoryView.on_disk``): looking there is I/O.
 
 Whatever a plan did not foresee (another status, other fields, a failure, a client that
 asked to close meanwhile) turns the same listener to working the exchange out in full, where
@@ -60,7 +59,6 @@ from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.target import Target
 from harvest_cache.server.accesslog import AccessLog, Hierarchy, line_head
 from harvest_cache.server.connection import ClientConnection
-from harvest_cache.server.disk_hits import DiskHits
 from harvest_cache.server.fetch import Fetcher, Sent, content_length, head_to_store
 from harvest_cache.server.flight import Flight, FlightHead, FlightRetry, StartedFetch
 from harvest_cache.server.guard import guarded
@@ -128,9 +126,6 @@ class FastPath:
         self.via = via_entry("1.1", name)
         self.plans = RefreshPlans()
         self.miss_plans = MissPlans()
-        self.disk_hits = DiskHits(
-            name, memory, heuristics, access_log, traffic, config.server.cache_status_key
-        )
         self._status_keys = config.server.cache_status_key
         self.answered = 0
         self.handed_over = 0
@@ -203,7 +198,7 @@ class FastPath:
         found = self.memory.get(key)
         if found is None:
             if self.memory.on_disk(key):
-                return self.disk_hits.read(conn, req, key)
+                return False  # it may be on disk: looking is I/O
             held = Held(None)
         elif isinstance(found, VaryMarker) or not isinstance(found.body, bytes):
             return False

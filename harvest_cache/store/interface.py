@@ -55,10 +55,9 @@ class ObjectWriter(Protocol):
 
 @dataclass(slots=True)
 class MemoryView:
-    """The store as the fast paths see it: its memory tier, with nothing awaited and no I/O
-    but the disk reads ``read_disk`` begins (each operation a callable bound once, so using
-    one costs no frame of the view's). Only the store changes it (``put_limit``, when other
-    processes come to share its disk tier)."""
+    """The store as the fast paths see it: its memory tier, with no I/O and nothing awaited
+    (each operation a callable bound once, so using one costs no frame of the view's). Only
+    the store changes it (``put_limit``, when other processes come to share its disk tier)."""
 
     # The memory tier's object or marker under a key (a use of it: eviction order moves).
     get: Callable[[str], Found | None]
@@ -74,12 +73,6 @@ class MemoryView:
     # Whether the disk tier may hold a key: False means a memory miss is a miss (always,
     # without a disk tier).
     on_disk: Callable[[str], bool]
-    # Begin reading a key from the disk tier, as ``ObjectStore.get`` would after a memory
-    # miss (what it finds promoted to memory), and return at once: the callable is called on
-    # the loop with what was found (None: nothing, or the read failed). False, and nothing
-    # begun, if the read cannot be begun this way (no disk tier, shared with other
-    # processes, or the key's newest object is still on its way to the disk).
-    read_disk: Callable[[str, Callable[[Found | None], None]], bool]
     has_disk: bool
     # The largest body ``put`` stores, in bytes (-1: none). Without a disk tier the store's
     # largest object (``put`` drops the key's copy for a larger one).

@@ -18,7 +18,6 @@ import logging
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any, Protocol, TypeVar, TypeVarTuple
 
 from harvest_cache.config import KIB, MIB, CacheConfig
@@ -103,7 +102,6 @@ class TieredStore:
             self._put_now,
             self._refresh_head,
             on_disk,
-            _read_nothing if disk is None else self._read_disk,
             disk is not None,
             max_object if disk is None else min(max_object, disk.inline_limit - 1),
         )
@@ -163,35 +161,6 @@ class TieredStore:
         if found is not None and unchanged:
             self._promote(key, found)
         return found
-
-    def _read_disk(self, key: str, then: Callable[[Found | None], None]) -> bool:
-        """``MemoryView.read_disk``: ``get``'s disk read, calling back instead of awaited."""
-        disk = self._disk
-        if disk is None or self._sharers is not None or self._written_behind(key):
-            return False
-        self._reading[key] = self._reading.get(key, 0) + 1
-        future = asyncio.get_running_loop().run_in_executor(
-            self._executor, disk.get, key, self.memory.max_object
-        )
-        future.add_done_callback(partial(self._disk_read, key, then))
-        return True
-
-    def _disk_read(
-        self, key: str, then: Callable[[Found | None], None], future: asyncio.Future[Found | None]
-    ) -> None:
-        found = None
-        if not future.cancelled():
-            error = future.exception()
-            if isinstance(error, DiskError):
-                self.read_failures += 1
-                log.warning("disk read failed, treated as a miss: %s", error)
-            elif error is not None:
-                raise error
-            else:
-                found = future.result()
-        if self._end_read(key) and found is not None:
-            self._promote(key, found)
-        then(found)
 
     async def put_marker(self, key: str, marker: VaryMarker) -> None:
         self._changing(key)
@@ -540,8 +509,4 @@ def _nothing() -> None:
 
 
 def _never(key: str) -> bool:
-    return False
-
-
-def _read_nothing(key: str, then: Callable[[Found | None], None]) -> bool:
     return False
