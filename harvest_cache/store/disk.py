@@ -6,11 +6,13 @@ executor, never on the event loop. Under the cache directory::
     objects/   the diskcache.Cache: its SQLite index and body files (objects/xx/yy/*.val)
     tmp/       spools of bodies being written; any found at open belong to a dead process
 
-An object is one row or two. ``h:KEY`` holds its record (codec.py): a body under 32 KiB is
-kept in the record itself, one row; a larger one is a file, named by a body row ``b:TOKEN``
-with a fresh token per commit. Since a record holds or names exactly one body, a reader never
-pairs a head with another version's body, however a concurrent commit interleaves with its
-two lookups.
+An object under 32 KiB, with its body, and a Vary marker are one row of a table of their own
+(``Small``: key, time stored, record) in the same SQLite file: storing a batch of them is one
+``executemany``, a fraction of what diskcache's ``set`` costs per row. A larger object is two
+diskcache rows: ``h:KEY`` holds its record (codec.py), which names a body row ``b:TOKEN``, a
+file, with a fresh token per commit. Since a record holds or names exactly one body, a reader
+never pairs a head with another version's body, however a concurrent commit interleaves with
+its two lookups. A key is in one table or the other: storing in one drops it from the other.
 
 Crash safety. A body is written to a spool in tmp/; both rows are committed in one SQLite
 transaction; then the spool is renamed to the file name the body row already holds. A kill
@@ -25,14 +27,16 @@ known without I/O, so a miss for a key it does not hold is a miss at once (the f
 take it, and ICP answers it). A fingerprint shared by two keys only sends a request the long
 way; about 60 bytes a key, as Squid's in-memory index of its cache_dir.
 
-Eviction. diskcache culls by ``least-recently-stored`` (FIFO by store time). We chose it over
+Eviction. diskcache culls by ``least-recently-stored`` (FIFO by store time), and so does
+``Small``. We chose it over
 ``least-recently-used`` because LRU makes every disk hit a SQLite write transaction,
 serialising readers behind writers; the hot set lives in the LRU memory tier anyway, as in
 Squid where the memory cache shields the disk store. Automatic culling inside ``set`` is off
 (``cull_limit=0``); each commit culls explicitly, so the tier stays within its bound after
 every commit and the number of evicted rows can be counted. The cull is the policy's own query
-(oldest rows first, ten at a time), made here because diskcache's ``cull`` does not say which
-keys it removed, and the membership must forget them.
+over both tables (the ten oldest rows of either at a time), made here because diskcache's
+``cull`` knows neither ``Small`` nor says which keys it removed, and the membership must
+forget them.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import os
 import shutil
 import sqlite3
 import threading
+import time
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -62,8 +67,17 @@ from harvest_cache.store.interface import FileBody, Found, StoredObject
 EVICTION_POLICY = "least-recently-stored"
 # Pages of the index each SQLite connection caches (4 KiB each).
 SQLITE_CACHE_PAGES = 1024
-# The policy's cull, keys included (see "Eviction" above).
-_OLDEST = "SELECT rowid, key, filename FROM Cache ORDER BY store_time LIMIT 10"
+# The policy's cull over diskcache's rows and Small's, keys included (see "Eviction" above).
+_OLDEST = "SELECT store_time, rowid, key, filename FROM Cache ORDER BY store_time LIMIT 10"
+_SMALL_OLDEST = "SELECT stored, rowid, key FROM Small ORDER BY stored LIMIT 10"
+_SMALL_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS Small (key TEXT PRIMARY KEY, stored REAL NOT NULL,"
+    " record BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS Small_stored ON Small (stored)",
+)
+_SMALL_PUT = "INSERT OR REPLACE INTO Small (key, stored, record) VALUES (?, ?, ?)"
+_SMALL_GET = "SELECT record FROM Small WHERE key = ?"
+_SMALL_DELETE = "DELETE FROM Small WHERE key = ?"
 # What the storage layers raise; each is mapped to DiskError at this module's boundary.
 STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
 
@@ -244,7 +258,10 @@ class DiskTier:
                 sqlite_mmap_size=0,
                 sqlite_cache_size=SQLITE_CACHE_PAGES,
             )
+            for statement in _SMALL_SCHEMA:
+                cache._sql(statement)
             held = {hash(name[2:]) for (name,) in cache._sql(_ALL_RECORDS)}
+            held.update(hash(name) for (name,) in cache._sql("SELECT key FROM Small"))
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot open the disk tier in {directory}: {e}") from e
         return cls(cache, tmp, lock_fd, held)
@@ -319,10 +336,17 @@ class DiskTier:
         tells which keys are new: for those the record replaced is not looked for.)"""
         try:
             with self._mutating(), self._cache.transact():
+                now = time.time()
+                new = []
                 for key, head, body in objects:
                     assert len(body) < self._min_file_size, "only inline bodies are batched"
                     record = ObjectRecord(head, "", zlib.crc32(body), body)
-                    self._store(key, record, known_new=not self.may_hold(key))
+                    if self.may_hold(key):
+                        self._store(key, record)
+                    else:  # (in order: a key twice in a batch keeps its last object)
+                        new.append((key, now, encode(record)))
+                self._cache._con.executemany(_SMALL_PUT, new)
+                self._held.update(hash(key) for key, _, _ in new)
                 return self._cull()
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot store {len(objects)} objects: {e}") from e
@@ -340,11 +364,14 @@ class DiskTier:
         """Rewrite an object's record only; the body is unchanged, so its length is kept."""
         try:
             with self._mutating(), self._cache.transact():
-                old = self._record_or_none(key)
+                old, small = self._locate(key)
                 if isinstance(old, ObjectRecord):
                     new_head = head.with_body_length(old.head.body_length)
                     new = ObjectRecord(new_head, old.body_key, old.body_crc32, old.inline)
-                    self._cache.set(_head_key(key), encode(new))
+                    if small:
+                        self._cache._sql(_SMALL_PUT, (key, time.time(), encode(new)))
+                    else:
+                        self._cache.set(_head_key(key), encode(new))
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot update the head of {key!r}: {e}") from e
 
@@ -379,25 +406,34 @@ class DiskTier:
     # -- under the lock ----------------------------------------------------------------------
 
     def _store(
-        self,
-        key: str,
-        record: ObjectRecord | VaryMarker,
-        staged: _Staged | None = None,
-        *,
-        known_new: bool = False,
+        self, key: str, record: ObjectRecord | VaryMarker, staged: _Staged | None = None
     ) -> bool:
-        """Put ``record`` (and the body file ``staged``, unless it is inline or a marker)
-        under ``key``, dropping the old body; whether ``key`` held anything."""
-        with self._cache.transact():
-            old = None if known_new else self._record_or_none(key)
-            if staged is not None:
+        """Put ``record`` (with the body file ``staged`` in diskcache; without, the record
+        holds its body, or is a marker, and goes in Small) under ``key``, dropping what the
+        key held in either table; whether it held anything."""
+        cache = self._cache
+        with cache.transact():
+            old, small = self._locate(key)
+            if staged is None:
+                cache._sql(_SMALL_PUT, (key, time.time(), encode(record)))
+                if old is not None and not small:
+                    self._drop_large(key, old)
+            else:
                 assert isinstance(record, ObjectRecord)
-                self._cache.set(record.body_key, staged)
-            self._cache.set(_head_key(key), encode(record))
-            if isinstance(old, ObjectRecord) and old.inline is None:
-                self._cache.delete(old.body_key)
+                cache.set(record.body_key, staged)
+                cache.set(_head_key(key), encode(record))
+                if small:
+                    cache._sql(_SMALL_DELETE, (key,))
+                elif isinstance(old, ObjectRecord) and old.inline is None:
+                    cache.delete(old.body_key)
         self._held.add(hash(key))
         return old is not None
+
+    def _drop_large(self, key: str, old: ObjectRecord | VaryMarker) -> None:
+        """Remove ``key``'s diskcache record ``old`` and the body it names."""
+        self._cache.delete(_head_key(key))
+        if isinstance(old, ObjectRecord) and old.inline is None:
+            self._cache.delete(old.body_key)
 
     def _place(self, key: str, spool: Spool, filename: str) -> None:
         """Rename a committed body's spool to its file; on failure, unstore the object."""
@@ -411,7 +447,8 @@ class DiskTier:
 
     def _delete(self, key: str) -> None:
         with self._cache.transact():
-            old = self._record_or_none(key)
+            self._cache._sql(_SMALL_DELETE, (key,))
+            old = self._large_or_none(key)
             self._cache.delete(_head_key(key))
             if isinstance(old, ObjectRecord) and old.inline is None:
                 self._cache.delete(old.body_key)
@@ -423,18 +460,24 @@ class DiskTier:
         evicted = 0
         while cache.volume() > cache.size_limit:
             with cache._transact() as (sql, remove_file):
-                rows = sql(_OLDEST).fetchall()
-                if not rows:
+                large = sql(_OLDEST).fetchall()
+                small = sql(_SMALL_OLDEST).fetchall()
+                oldest = sorted([(row[0], 1, row) for row in large] + [(r[0], 0, r) for r in small])
+                if not oldest:
                     break
-                sql(
-                    f"DELETE FROM Cache WHERE rowid IN ({','.join('?' * len(rows))})",
-                    [rowid for rowid, _, _ in rows],
-                )
-                for _, name, filename in rows:
+                gone_large = [row for _, kind, row in oldest[:10] if kind]
+                gone_small = [row for _, kind, row in oldest[:10] if not kind]
+                for table, rows in (("Cache", gone_large), ("Small", gone_small)):
+                    if rows:
+                        marks = ",".join("?" * len(rows))
+                        sql(f"DELETE FROM {table} WHERE rowid IN ({marks})", [r[1] for r in rows])
+                for _, _, name, filename in gone_large:
                     remove_file(filename)  # (after the commit; None for an inline body)
                     if isinstance(name, str) and name.startswith("h:"):
                         self._held.discard(hash(name[2:]))
-            evicted += len(rows)
+                for _, _, name in gone_small:
+                    self._held.discard(hash(name))
+            evicted += len(gone_large) + len(gone_small)
         return evicted
 
     # -- reading -------------------------------------------------------------------------------
@@ -443,27 +486,43 @@ class DiskTier:
         """The heads of all stored objects (unreadable records are left out)."""
         out = []
         try:
+            for (raw,) in self._cache._sql("SELECT record FROM Small").fetchall():
+                with suppress(CorruptRecord):
+                    small = decode(raw)
+                    if isinstance(small, ObjectRecord):
+                        out.append(small.head)
             for name in self._cache.iterkeys():
-                if not (isinstance(name, str) and name.startswith("h:")):
-                    continue
-                try:
-                    record = self._record(name[2:])
-                except CorruptRecord:
-                    continue
-                if isinstance(record, ObjectRecord):
-                    out.append(record.head)
+                if isinstance(name, str) and name.startswith("h:"):
+                    large = self._large_or_none(name[2:])
+                    if isinstance(large, ObjectRecord):
+                        out.append(large.head)
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot list the stored objects: {e}") from e
         return out
 
     def _record(self, key: str) -> ObjectRecord | VaryMarker | None:
+        row = self._cache._sql(_SMALL_GET, (key,)).fetchone()
+        if row is not None:
+            return decode(row[0])
         raw = self._cache.get(_head_key(key))
         return None if raw is None else decode(raw)
 
-    def _record_or_none(self, key: str) -> ObjectRecord | VaryMarker | None:
-        """The record being replaced; a damaged one counts as absent, since it goes anyway."""
+    def _locate(self, key: str) -> tuple[ObjectRecord | VaryMarker | None, bool]:
+        """The record ``key`` holds, and whether it is in Small (a damaged one counts as
+        absent, since it goes anyway)."""
+        row = self._cache._sql(_SMALL_GET, (key,)).fetchone()
+        if row is not None:
+            try:
+                return decode(row[0]), True
+            except CorruptRecord:
+                return None, True
+        return self._large_or_none(key), False
+
+    def _large_or_none(self, key: str) -> ObjectRecord | VaryMarker | None:
+        """``key``'s record in diskcache's rows (a damaged one counts as absent)."""
         try:
-            return self._record(key)
+            raw = self._cache.get(_head_key(key))
+            return None if raw is None else decode(raw)
         except CorruptRecord:
             return None
 

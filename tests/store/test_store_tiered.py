@@ -4,10 +4,12 @@ markers, refusals, persistence, eviction, damage handling and never blocking the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
 import shutil
+import sqlite3
 import sys
 import threading
 import warnings
@@ -15,7 +17,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import diskcache
 import pytest
 
 from harvest_cache.config import KIB, MIB, CacheConfig
@@ -415,9 +416,10 @@ async def test_flipped_byte_in_a_small_body_fails_its_checksum(cfg: CacheConfig)
 
 
 def _damage_record(directory: Path, key: str) -> None:
-    with diskcache.Cache(directory / "objects") as cache:
-        assert cache.get("h:" + key) is not None
-        cache.set("h:" + key, b"\x01O[not json")
+    """Damage the record of ``key``, a small object (its row in the Small table)."""
+    with contextlib.closing(sqlite3.connect(directory / "objects" / "cache.db")) as db, db:
+        changed = db.execute("UPDATE Small SET record = ? WHERE key = ?", (b"\x01I[no", key))
+        assert changed.rowcount == 1
 
 
 async def test_damaged_record_is_a_counted_miss(cfg: CacheConfig) -> None:
