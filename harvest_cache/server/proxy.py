@@ -157,7 +157,14 @@ class Proxy:
         self._refreshing: set[str] = set()  # keys revalidated in the background
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
-        self._hot = HotIndex(store.memory_view, name, config.server.cache_status_key, self._pages)
+        # Prepared hits' bodies may take a quarter as much again as the memory tier.
+        self._hot = HotIndex(
+            store.memory_view,
+            name,
+            config.server.cache_status_key,
+            self._pages,
+            config.cache.memory_mb * (1 << 20) // 4,
+        )
         self.heads = HeadMemo(config.server.max_request_line)
         self.fast = FastPath(
             config,

@@ -98,3 +98,33 @@ def test_a_hits_head_follows_age_ttl_and_connection(hot: HotIndex, memory: Memor
             ending,
         )
         assert hot.head(entry, now, close, http10) == wanted, (now, close, http10)
+
+
+def test_the_bodies_of_entries_are_bounded_in_bytes(memory: MemoryTier) -> None:
+    """Entries whose objects the memory tier dropped would keep their bodies alive: their
+    bodies add up to ``max_bytes`` at most, the oldest forgotten first."""
+    executor = ThreadPoolExecutor(1)
+    view = TieredStore(memory, None, executor, 1 << 16).memory_view
+    hot = HotIndex(view, "test-cache", max_bytes=10_000)
+    fields = (("Cache-Control", "max-age=60"),)
+    try:
+        for n in range(10):
+            url = f"{URL}/{n}"
+            obj = StoredObject(
+                StoredHead(url, 200, "OK", fields, NOW, NOW, 3000), b"x" * 3000, "memory"
+            )
+            assert memory.put(url, obj)
+            hot.add(url.encode(), url, obj, 0.0, 60.0, NOW)
+            memory.delete(url)  # (dropped by the tier: the entry is not looked up again)
+            assert hot.bytes <= 10_000
+        assert (len(hot), hot.bytes) == (3, 9000)  # the three made last
+        big = StoredObject(
+            StoredHead(URL, 200, "OK", fields, NOW, NOW, 20_000), b"y" * 20_000, "memory"
+        )
+        assert memory.put(URL, big)
+        hot.add(URL.encode(), URL, big, 0.0, 60.0, NOW)
+        assert hot.lookup(URL.encode(), NOW) is None  # bigger than the bound: not kept
+        hot.clear()
+        assert (len(hot), hot.bytes) == (0, 0)
+    finally:
+        executor.shutdown()

@@ -47,7 +47,12 @@ class HotEntry:
 
 
 class HotIndex:
-    """Raw request targets of recent memory hits, with their prepared heads."""
+    """Raw request targets of recent memory hits, with their prepared heads.
+
+    At most ``_MAX_ENTRIES`` entries whose bodies add up to at most ``max_bytes``, the oldest
+    made forgotten first: an entry holds its object's body, and one whose object the memory
+    tier has since dropped (found out only when it is looked up) would otherwise keep the
+    body alive beyond the tier's bound (4,096 bodies of 512 KiB: 2 GiB)."""
 
     def __init__(
         self,
@@ -55,12 +60,15 @@ class HotIndex:
         name: str,
         status_keys: bool = False,
         pages: BodyPages | None = None,
+        max_bytes: int = 64 << 20,
     ) -> None:
         self._memory = memory
         self._pages = pages
         self._name = name
         self._status_keys = status_keys  # Cache-Status names the key
         self._entries: dict[bytes, HotEntry] = {}
+        self.max_bytes = max_bytes
+        self.bytes = 0  # of the entries' bodies
         self._status_hit = f"Cache-Status: {name}; hit; ttl=".encode("latin-1")
 
     def add(
@@ -80,9 +88,15 @@ class HotIndex:
         add_via(headers, "1.1", self._name)
         headers.add("Content-Length", str(len(obj.body)))
         prefix = response_head(obj.head.status, obj.head.reason, headers)[:-2]
-        if len(self._entries) >= _MAX_ENTRIES:
+        self._forget(target)
+        size = len(obj.body)
+        if size > self.max_bytes:
+            return
+        entries = self._entries
+        while len(entries) >= _MAX_ENTRIES or self.bytes + size > self.max_bytes:
             # Forget the oldest; entries are cheap to remake on the next memory hit.
-            del self._entries[next(iter(self._entries))]
+            self._forget(next(iter(entries)))
+        self.bytes += size
         content_type = headers.get("Content-Type")
         key_param = b""
         if self._status_keys and key.isascii() and key.isprintable():
@@ -105,9 +119,14 @@ class HotIndex:
         if entry is None:
             return None
         if now >= entry.expires_at or self._memory.get(entry.key) is not entry.obj:
-            del self._entries[target]
+            self._forget(target)
             return None
         return entry
+
+    def _forget(self, target: bytes) -> None:
+        entry = self._entries.pop(target, None)
+        if entry is not None:
+            self.bytes -= len(entry.body)
 
     def head(self, entry: HotEntry, now: float, close: bool, http10: bool) -> bytes:
         """The response head for one hit (the body is ``entry.body``)."""
@@ -144,6 +163,7 @@ class HotIndex:
     def clear(self) -> None:
         """Forget every entry (and so free their page copies)."""
         self._entries.clear()
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
