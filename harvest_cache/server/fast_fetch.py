@@ -440,16 +440,21 @@ class FastFetch:
         if riders is None:
             return
         for conn, started in riders:
-            req = Request(
-                method="GET",
-                target=self._url,
-                version="1.1",
-                headers=Headers.from_raw(self._fields),
-                keep_alive=True,
-                started=started,
-            )
+            req = self._request(started)
             self._path.handed_over += 1
             conn.lean_handoff(req)
+
+    def _request(self, started: float) -> Request:
+        """The planned request (a keep-alive HTTP/1.1 GET of this fetch's URL and fields) as
+        the general path takes it, begun at ``started``."""
+        return Request(
+            method="GET",
+            target=self._url,
+            version="1.1",
+            headers=Headers.from_raw(self._fields),
+            keep_alive=True,
+            started=started,
+        )
 
     def _joined_flight(self) -> Flight:
         """The exchange's flight, made now if no request has joined it."""
@@ -717,15 +722,8 @@ class FastFetch:
 
     def _unplanned(self) -> FastFetch:
         """The exchange the plan did not foresee, worked out in full where it stands."""
-        plan, fields = self._plan, self._fields
-        req = Request(
-            method="GET",
-            target=self._url,
-            version="1.1",
-            headers=Headers.from_raw(fields),
-            keep_alive=True,
-            started=self._started,
-        )
+        plan = self._plan
+        req = self._request(self._started)
         if isinstance(plan, RefreshPlan):
             target, stored = plan.target, plan.obj
         else:

@@ -157,13 +157,15 @@ class Proxy:
         self._refreshing: set[str] = set()  # keys revalidated in the background
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
-        # Prepared hits' bodies may take a quarter as much again as the memory tier.
+        # Prepared hits' bodies are the memory tier's while they are valid, so a bound of the
+        # tier's size keeps prepared hits for all it holds, and what entries whose objects it
+        # dropped keep alive within that much again.
         self._hot = HotIndex(
             store.memory_view,
             name,
             config.server.cache_status_key,
             self._pages,
-            config.cache.memory_mb * (1 << 20) // 4,
+            config.cache.memory_mb * (1 << 20),
         )
         self.heads = HeadMemo(config.server.max_request_line)
         self.fast = FastPath(

@@ -30,6 +30,7 @@ from harvest_cache.server.fast_fetch import FastFetch
 from tests.integration.test_miss_fast_path import (
     ScriptedOrigin,
     fetch,
+    gated,
     lean,
     memory_cache,
     params,
@@ -1032,27 +1033,18 @@ async def test_clients_riding_a_planned_miss_answered_otherwise_join_its_fetch(
     which gives them its answer from the same fetch."""
     cache, _, _, _ = await planned_setup(make_cache, origin)
     gate = asyncio.Event()
-    calls = 0
-
-    async def other_shape(request: web.Request) -> web.Response:
-        nonlocal calls
-        calls += 1
-        async with asyncio.timeout(5):
-            await gate.wait()
-        headers = {"Cache-Control": "max-age=60", "X-Other": "not planned"}
-        return web.Response(body=b"not as planned", headers=headers)
-
-    origin.route("/m/other", other_shape)
+    headers = {"Cache-Control": "max-age=60", "X-Other": "not planned"}
+    origin.route("/m/other", gated(b"not as planned", headers, gate))
     url = origin.url("/m/other")
     async with asyncio.timeout(10):
         first = asyncio.create_task(fetch(cache, url, headers=FIELDS))
-        await wait_until(lambda: calls == 1)
+        await wait_until(lambda: origin.hits["/m/other"] == 1)
         others = [asyncio.create_task(fetch(cache, url, headers=FIELDS)) for _ in range(3)]
         await wait_until(lambda: riders_waiting(cache, url) == len(others))
         gate.set()
         responses = await asyncio.gather(first, *others)
     assert [(r.status, r.body) for r in responses] == [(200, b"not as planned")] * 4
-    assert calls == 1  # one request for all four
+    assert origin.hits["/m/other"] == 1  # one request for all four
     assert carried(cache) == 0
     assert all(r.get("X-Other") == "not planned" for r in responses)
 

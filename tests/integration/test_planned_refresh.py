@@ -21,12 +21,13 @@ from harvest_cache.store.interface import FileBody, StoredObject
 from tests.integration.test_miss_fast_path import (
     ScriptedOrigin,
     fetch,
+    gated,
     lean,
     memory_cache,
     params,
     results_for,
 )
-from tests.integration.test_planned_miss import fast_fetches_left, riders_waiting
+from tests.integration.test_planned_miss import carried, fast_fetches_left, riders_waiting
 from tests.support import (
     MakeCache,
     Origin,
@@ -56,11 +57,6 @@ def planned(cache: CacheServer) -> int:
 def recognised(cache: CacheServer) -> int:
     assert cache.proxy is not None
     return cache.proxy.fast.recognised
-
-
-def carried(cache: CacheServer) -> int:
-    assert cache.proxy is not None
-    return cache.proxy.fast.carried
 
 
 def has_plan(cache: CacheServer, url: str) -> bool:
@@ -594,26 +590,18 @@ async def test_clients_riding_a_planned_revalidation_that_gets_a_200_join_its_fe
     path, which gives them the new object from the same fetch."""
     cache, url, _ = await planned_setup(make_cache, origin)
     gate = asyncio.Event()
-    changed = 0
-
-    async def change(request: web.Request) -> web.Response:
-        nonlocal changed
-        changed += 1
-        async with asyncio.timeout(5):
-            await gate.wait()
-        headers = {"ETag": '"p2"', "Cache-Control": "max-age=60"}
-        return web.Response(body=b"the new body", headers=headers)
-
-    origin.route("/planned", change)
+    before = origin.hits["/planned"]
+    headers = {"ETag": '"p2"', "Cache-Control": "max-age=60"}
+    origin.route("/planned", gated(b"the new body", headers, gate))
     async with asyncio.timeout(10):
         first = asyncio.create_task(fetch(cache, url, headers=FIELDS))
-        await wait_until(lambda: changed == 1)
+        await wait_until(lambda: origin.hits["/planned"] == before + 1)
         others = [asyncio.create_task(fetch(cache, url, headers=FIELDS)) for _ in range(3)]
         await wait_until(lambda: riders_waiting(cache, url) == len(others))
         gate.set()
         responses = await asyncio.gather(first, *others)
     assert [(r.status, r.body) for r in responses] == [(200, b"the new body")] * 4
-    assert changed == 1  # one request for all four
+    assert origin.hits["/planned"] == before + 1  # one request for all four
     assert carried(cache) == 0
     lines = await stop_and_read_log(cache)
     # (each rider joined the fetch, or came after it had stored the new object)

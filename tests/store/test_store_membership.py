@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -20,22 +20,10 @@ from harvest_cache.store.disk import DiskTier
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.store.tiered import TieredStore, open_store
-from tests.store.test_store_tiered import body_of, config, head_for, payload, put
+from tests.store.test_store_tiered import body_of, head_for, payload, put
 from tests.store.test_store_writer import Held, on_disk, writer_of
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def cfg(tmp_path: Path) -> CacheConfig:
-    return config(tmp_path)
-
-
-@pytest.fixture
-async def store(cfg: CacheConfig) -> AsyncIterator[TieredStore]:
-    s = await open_store(cfg)
-    yield s
-    await s.close()
 
 
 class Tier:

@@ -13,7 +13,6 @@ import sqlite3
 import sys
 import threading
 import warnings
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -96,18 +95,6 @@ def body_files(cfg: CacheConfig) -> dict[Path, int]:
 def spools(cfg: CacheConfig) -> list[Path]:
     """Spool files left anywhere under tmp/ (each process spools in a directory of its own)."""
     return [p for p in (cfg.dir / "tmp").rglob("*") if p.is_file()]
-
-
-@pytest.fixture
-def cfg(tmp_path: Path) -> CacheConfig:
-    return config(tmp_path)
-
-
-@pytest.fixture
-async def store(cfg: CacheConfig) -> AsyncIterator[TieredStore]:
-    s = await open_store(cfg)
-    yield s
-    await s.close()
 
 
 # -- round trips -----------------------------------------------------------------------------

@@ -25,18 +25,6 @@ GATE_SECONDS = 10  # (a held writer lets go by itself if a test fails before rel
 
 
 @pytest.fixture
-def cfg(tmp_path: Path) -> CacheConfig:
-    return config(tmp_path)
-
-
-@pytest.fixture
-async def store(cfg: CacheConfig) -> AsyncIterator[TieredStore]:
-    s = await open_store(cfg)
-    yield s
-    await s.close()
-
-
-@pytest.fixture
 async def disk(cfg: CacheConfig) -> AsyncIterator[DiskTier]:
     """A disk tier of its own (opened and closed on one thread: its SQLite connection)."""
     loop = asyncio.get_running_loop()
