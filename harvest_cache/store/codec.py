@@ -9,12 +9,7 @@ reject old records. Field order is fixed by position, so a record carries no key
 
     object:  0x01 'O' [url, status, reason, [[name, value], ...], request_time,
                        response_time, body_length, vary_key, body_key, body_crc32]
-    inline:  0x01 'I' LENGTH [the same as an object's, body_key ""] BODY
     marker:  0x01 'M' [url, [name, ...], generation]
-
-An inline object carries its small body after the array (LENGTH: the array's bytes, four
-bytes big-endian): one row holds the whole object, so storing and reading it is one row's
-work, where a body of its own is a second row.
 """
 
 from __future__ import annotations
@@ -32,7 +27,6 @@ from harvest_cache.store.fields import shared_fields
 
 FORMAT = 1
 _OBJECT = ord("O")
-_INLINE = ord("I")
 _MARKER = ord("M")
 
 
@@ -42,13 +36,12 @@ class CorruptRecord(HarvestCacheError):
 
 @dataclass(frozen=True, slots=True)
 class ObjectRecord:
-    """A stored object's head, the disk-tier key of its body and the body's CRC-32; or, for
-    an ``inline`` object, the body itself (and no key)."""
+    """A stored object's head, the disk-tier key of its body (empty: the body is beside the
+    record, in the same row) and the body's CRC-32."""
 
     head: StoredHead
     body_key: str
     body_crc32: int
-    inline: bytes | None = None
 
 
 def encode(record: ObjectRecord | VaryMarker) -> bytes:
@@ -71,34 +64,21 @@ def encode(record: ObjectRecord | VaryMarker) -> bytes:
             record.body_crc32,
         ]
     # ensure_ascii keeps lone surrogates (undecodable header bytes) encodable.
-    text = json.dumps(fields, separators=(",", ":")).encode("ascii")
-    if isinstance(record, ObjectRecord) and record.inline is not None:
-        return b"".join((bytes((FORMAT, _INLINE)), len(text).to_bytes(4), text, record.inline))
-    return bytes((FORMAT, kind)) + text
+    return bytes((FORMAT, kind)) + json.dumps(fields, separators=(",", ":")).encode("ascii")
 
 
 def decode(data: bytes) -> ObjectRecord | VaryMarker:
     """Parse a record, raising CorruptRecord for anything that is not one this module wrote."""
     if len(data) < 2 or data[0] != FORMAT:
         raise CorruptRecord(f"unknown record format {data[:1]!r}")
-    kind, start, end = data[1], 2, len(data)
-    if kind == _INLINE:
-        start, end = 6, 6 + int.from_bytes(data[2:6])
-        if len(data) < end:
-            raise CorruptRecord("inline object record is cut short")
     try:
-        fields = json.loads(data[start:end])
+        fields = json.loads(data[2:])
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, nesting
         raise CorruptRecord(f"record is not JSON: {e}") from None
-    if kind == _MARKER:
+    if data[1] == _MARKER:
         return _marker(fields)
-    if kind == _OBJECT:
+    if data[1] == _OBJECT:
         return _object(fields)
-    if kind == _INLINE:
-        record = _object(fields)
-        if record.body_key:
-            raise CorruptRecord("inline object record names a body key")
-        return ObjectRecord(record.head, "", record.body_crc32, data[end:])
     raise CorruptRecord(f"unknown record kind {data[1:2]!r}")
 
 

@@ -6,9 +6,10 @@ executor, never on the event loop. Under the cache directory::
     objects/   the diskcache.Cache: its SQLite index and body files (objects/xx/yy/*.val)
     tmp/       spools of bodies being written; any found at open belong to a dead process
 
-An object under 32 KiB, with its body, and a Vary marker are one row of a table of their own
-(``Small``: key, time stored, record) in the same SQLite file: storing a batch of them is one
-``executemany``, a fraction of what diskcache's ``set`` costs per row. A larger object is two
+An object under 32 KiB and a Vary marker are one row of a table of their own (``Small``: key,
+time stored, record, body) in the same SQLite file: storing a batch of them is one
+``executemany``, a fraction of what diskcache's ``set`` costs per row. The body is the row's
+last column, so listing or rewriting records reads no body. A larger object is two
 diskcache rows: ``h:KEY`` holds its record (codec.py), which names a body row ``b:TOKEN``, a
 file, with a fresh token per commit. Since a record holds or names exactly one body, a reader
 never pairs a head with another version's body, however a concurrent commit interleaves with
@@ -72,11 +73,13 @@ _OLDEST = "SELECT store_time, rowid, key, filename FROM Cache ORDER BY store_tim
 _SMALL_OLDEST = "SELECT stored, rowid, key FROM Small ORDER BY stored LIMIT 10"
 _SMALL_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS Small (key TEXT PRIMARY KEY, stored REAL NOT NULL,"
-    " record BLOB NOT NULL)",
+    " record BLOB NOT NULL, body BLOB)",
     "CREATE INDEX IF NOT EXISTS Small_stored ON Small (stored)",
 )
-_SMALL_PUT = "INSERT OR REPLACE INTO Small (key, stored, record) VALUES (?, ?, ?)"
+_SMALL_PUT = "INSERT OR REPLACE INTO Small (key, stored, record, body) VALUES (?, ?, ?, ?)"
 _SMALL_GET = "SELECT record FROM Small WHERE key = ?"
+_SMALL_GET_WHOLE = "SELECT record, body FROM Small WHERE key = ?"
+_SMALL_REWRITE = "UPDATE Small SET stored = ?, record = ? WHERE key = ?"
 _SMALL_DELETE = "DELETE FROM Small WHERE key = ?"
 # What the storage layers raise; each is mapped to DiskError at this module's boundary.
 STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
@@ -281,11 +284,15 @@ class DiskTier:
         ones as a FileBody the caller must close, after a length check.
         """
         try:
-            record = self._record(key)
+            row = self._cache._sql(_SMALL_GET_WHOLE, (key,)).fetchone()
+            if row is not None:
+                small = decode(row[0])
+                if isinstance(small, VaryMarker):
+                    return small
+                return StoredObject(small.head, _checked(small, row[1] or b"", -1), "disk")
+            record = self._large_or_none(key, strict=True)
             if not isinstance(record, ObjectRecord):
                 return record
-            if record.inline is not None:
-                return StoredObject(record.head, _checked(record, record.inline, -1), "disk")
             body = self._cache.get(record.body_key, read=True)
             if body is None:  # evicted, or committed and not yet renamed into place
                 return None
@@ -312,7 +319,7 @@ class DiskTier:
             with self._mutating():
                 if spool is None:
                     assert isinstance(body, bytes)
-                    replaced = self._store(key, ObjectRecord(head, "", zlib.crc32(body), body))
+                    replaced = self._store(key, ObjectRecord(head, "", zlib.crc32(body)), body)
                 else:
                     staged = _Staged(self._cache.disk.filename()[0], spool.size)
                     record = ObjectRecord(head, _new_body_key(), spool.crc32)
@@ -327,7 +334,8 @@ class DiskTier:
 
     @property
     def inline_limit(self) -> int:
-        """Bodies shorter than this are kept in the index itself (``commit_many`` takes them)."""
+        """Bodies shorter than this are kept in Small, beside their records (``commit_many``
+        takes them)."""
         return self._min_file_size
 
     def commit_many(self, objects: list[tuple[str, StoredHead, bytes]]) -> int:
@@ -340,13 +348,13 @@ class DiskTier:
                 new = []
                 for key, head, body in objects:
                     assert len(body) < self._min_file_size, "only inline bodies are batched"
-                    record = ObjectRecord(head, "", zlib.crc32(body), body)
+                    record = ObjectRecord(head, "", zlib.crc32(body))
                     if self.may_hold(key):
-                        self._store(key, record)
+                        self._store(key, record, body)
                     else:  # (in order: a key twice in a batch keeps its last object)
-                        new.append((key, now, encode(record)))
+                        new.append((key, now, encode(record), body))
                 self._cache._con.executemany(_SMALL_PUT, new)
-                self._held.update(hash(key) for key, _, _ in new)
+                self._held.update(hash(key) for key, _, _, _ in new)
                 return self._cull()
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot store {len(objects)} objects: {e}") from e
@@ -367,11 +375,11 @@ class DiskTier:
                 old, small = self._locate(key)
                 if isinstance(old, ObjectRecord):
                     new_head = head.with_body_length(old.head.body_length)
-                    new = ObjectRecord(new_head, old.body_key, old.body_crc32, old.inline)
+                    new = encode(ObjectRecord(new_head, old.body_key, old.body_crc32))
                     if small:
-                        self._cache._sql(_SMALL_PUT, (key, time.time(), encode(new)))
+                        self._cache._sql(_SMALL_REWRITE, (time.time(), new, key))
                     else:
-                        self._cache.set(_head_key(key), encode(new))
+                        self._cache.set(_head_key(key), new)
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot update the head of {key!r}: {e}") from e
 
@@ -406,25 +414,25 @@ class DiskTier:
     # -- under the lock ----------------------------------------------------------------------
 
     def _store(
-        self, key: str, record: ObjectRecord | VaryMarker, staged: _Staged | None = None
+        self, key: str, record: ObjectRecord | VaryMarker, body: bytes | _Staged | None = None
     ) -> bool:
-        """Put ``record`` (with the body file ``staged`` in diskcache; without, the record
-        holds its body, or is a marker, and goes in Small) under ``key``, dropping what the
-        key held in either table; whether it held anything."""
+        """Put ``record`` under ``key`` with its ``body``: a marker (no body) or an object with
+        its body's bytes in Small, an object with its body file (``_Staged``) in diskcache;
+        dropping what the key held in either table; whether it held anything."""
         cache = self._cache
         with cache.transact():
             old, small = self._locate(key)
-            if staged is None:
-                cache._sql(_SMALL_PUT, (key, time.time(), encode(record)))
+            if not isinstance(body, _Staged):
+                cache._sql(_SMALL_PUT, (key, time.time(), encode(record), body))
                 if old is not None and not small:
                     self._drop_large(key, old)
             else:
                 assert isinstance(record, ObjectRecord)
-                cache.set(record.body_key, staged)
+                cache.set(record.body_key, body)
                 cache.set(_head_key(key), encode(record))
                 if small:
                     cache._sql(_SMALL_DELETE, (key,))
-                elif isinstance(old, ObjectRecord) and old.inline is None:
+                elif isinstance(old, ObjectRecord):
                     cache.delete(old.body_key)
         self._held.add(hash(key))
         return old is not None
@@ -432,7 +440,7 @@ class DiskTier:
     def _drop_large(self, key: str, old: ObjectRecord | VaryMarker) -> None:
         """Remove ``key``'s diskcache record ``old`` and the body it names."""
         self._cache.delete(_head_key(key))
-        if isinstance(old, ObjectRecord) and old.inline is None:
+        if isinstance(old, ObjectRecord):
             self._cache.delete(old.body_key)
 
     def _place(self, key: str, spool: Spool, filename: str) -> None:
@@ -450,7 +458,7 @@ class DiskTier:
             self._cache._sql(_SMALL_DELETE, (key,))
             old = self._large_or_none(key)
             self._cache.delete(_head_key(key))
-            if isinstance(old, ObjectRecord) and old.inline is None:
+            if isinstance(old, ObjectRecord):
                 self._cache.delete(old.body_key)
         self._held.discard(hash(key))
 
@@ -500,13 +508,6 @@ class DiskTier:
             raise DiskError(f"cannot list the stored objects: {e}") from e
         return out
 
-    def _record(self, key: str) -> ObjectRecord | VaryMarker | None:
-        row = self._cache._sql(_SMALL_GET, (key,)).fetchone()
-        if row is not None:
-            return decode(row[0])
-        raw = self._cache.get(_head_key(key))
-        return None if raw is None else decode(raw)
-
     def _locate(self, key: str) -> tuple[ObjectRecord | VaryMarker | None, bool]:
         """The record ``key`` holds, and whether it is in Small (a damaged one counts as
         absent, since it goes anyway)."""
@@ -518,12 +519,15 @@ class DiskTier:
                 return None, True
         return self._large_or_none(key), False
 
-    def _large_or_none(self, key: str) -> ObjectRecord | VaryMarker | None:
-        """``key``'s record in diskcache's rows (a damaged one counts as absent)."""
+    def _large_or_none(self, key: str, strict: bool = False) -> ObjectRecord | VaryMarker | None:
+        """``key``'s record in diskcache's rows; a damaged one counts as absent, unless
+        ``strict`` (then CorruptRecord is raised)."""
+        raw = self._cache.get(_head_key(key))
         try:
-            raw = self._cache.get(_head_key(key))
             return None if raw is None else decode(raw)
         except CorruptRecord:
+            if strict:
+                raise
             return None
 
 

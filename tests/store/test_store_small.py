@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import tracemalloc
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -160,3 +161,22 @@ async def test_an_object_stored_before_small_existed_is_read_and_replaced(tmp_pa
         assert rows(directory, "old") == (1, 0)
         with contextlib.closing(sqlite3.connect(directory / "objects" / "cache.db")) as db:
             assert db.execute("SELECT count(*) FROM Cache WHERE key = 'b:0123'").fetchone() == (0,)
+
+
+async def test_listing_the_heads_reads_no_body(tmp_path: Path) -> None:
+    """A small object's body is its row's last column: the heads (a cache digest is made of
+    them) are listed without reading any body into memory."""
+    async with Tier(tmp_path / "cache", 256 * MIB) as tier:
+        objects = [
+            (f"k{i}", head_for(f"k{i}", 30 * KIB), payload(30 * KIB, seed=i)) for i in range(200)
+        ]
+        await tier("commit_many", objects)  # 6 MiB of bodies
+        tracemalloc.start()
+        try:
+            heads = await tier("heads")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert isinstance(heads, list)
+        assert len(heads) == 200
+        assert peak < 1 * MIB, peak
