@@ -186,6 +186,9 @@ class DiskWriter:
         except DiskError as e:
             self.failures += 1
             log.warning("disk write of %d objects failed, not stored: %s", len(batch), e)
+        except Exception:  # (a bug: the thread must live on, or every change would hang)
+            self.failures += 1
+            log.exception("disk write of %d objects failed, not stored", len(batch))
         finally:
             with self._ready:
                 for b in batch:
@@ -200,6 +203,10 @@ class DiskWriter:
         except DiskError as e:
             self.failures += 1
             log.warning("disk write failed: %s", e)
+            return
+        except Exception:  # (a bug: as in _commit)
+            self.failures += 1
+            log.exception("disk write failed")
             return
         if isinstance(result, int):
             self.evicted += result

@@ -184,3 +184,22 @@ async def test_memory_only_stores_have_no_writer(tmp_path: Path) -> None:
         assert store.disk_skips == 0
     finally:
         await store.close()
+
+
+async def test_a_bug_in_a_change_nobody_awaits_leaves_the_writer_running(
+    disk: DiskTier, cfg: CacheConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = DiskWriter(disk, max_pending=10 * KIB)
+
+    def broken() -> None:
+        raise ValueError("a bug")
+
+    with caplog.at_level(logging.ERROR, "harvest_cache.store.writer"):
+        writer.later(broken)
+        assert writer.write_behind("after", head_for("after", KIB), payload(KIB))
+        async with asyncio.timeout(10):
+            await writer.call(lambda: None)  # still served
+    assert writer.failures == 1
+    assert any("a bug" in (r.exc_text or "") for r in caplog.records)
+    await writer.close()
+    assert await on_disk(cfg, "after") == payload(KIB)
