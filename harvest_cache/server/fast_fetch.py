@@ -168,6 +168,12 @@ class FastPath:
         found = plan_key(conn.client_ip, target, fields)
         if found is None:
             return False
+        url = target.decode("latin-1")
+        if self.fetcher.flying(url):
+            # Asked as a planned fetch of it under way asked (by any client): its answer; any
+            # other request joins the fetch on the general path.
+            holder = self.fetcher.holder(url)
+            return isinstance(holder, FastFetch) and holder.carry_miss(conn, fields)
         key, slash = found
         plan = self.miss_plans.get(key)
         if plan is None:
@@ -175,11 +181,6 @@ class FastPath:
         rest = plan.rest_of(target, slash)
         if rest is None:
             return False
-        url = target.decode("latin-1")
-        if self.fetcher.flying(url):
-            # Asked as this plan's fetch of it asked: its answer; any other: the general path.
-            holder = self.fetcher.holder(url)
-            return isinstance(holder, FastFetch) and holder.carry_miss(conn, plan)
         memory = self.memory
         if memory.get(url) is not None or memory.on_disk(url):
             return False  # a stored object: the general way
@@ -418,11 +419,13 @@ class FastFetch:
         self._carry(conn)
         return True
 
-    def carry_miss(self, conn: ClientConnection, plan: MissPlan) -> bool:
-        """Answer ``conn``'s request with this fetch's answer, as a request that joined it,
-        if this is the miss ``plan`` still under way (whose key is the request's: the same
-        client, origin and fields)."""
-        if self._plan is not plan or not plan.collapsed_field:
+    def carry_miss(self, conn: ClientConnection, fields: RawFields) -> bool:
+        """Answer ``conn``'s request, of ``fields``, with this fetch's answer, as a request
+        that joined it, if this is a miss plan still under way and the request is asked as
+        this fetch's was. (The plan's client is not compared: it shapes only the request sent
+        upstream.)"""
+        plan = self._plan
+        if not isinstance(plan, MissPlan) or not plan.collapsed_field or fields != self._fields:
             return False
         self._carry(conn)
         return True

@@ -1026,6 +1026,41 @@ async def test_clients_join_a_planned_miss(origin: Origin, make_cache: MakeCache
     assert results_for(lines, url) == ["TCP_MISS"] + ["TCP_CF_MISS"] * 4 + ["TCP_MEM_HIT"]
 
 
+async def fetch_from(cache: CacheServer, url: str, ip: str) -> RawResponse:
+    """``fetch`` from another loopback address (another client, as the cache sees it)."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", cache.address[1], local_addr=(ip, 0), limit=1 << 20
+    )
+    try:
+        writer.write(request_bytes("GET", url, headers=FIELDS))
+        return await read_response(reader)
+    finally:
+        writer.close()
+
+
+async def test_clients_at_other_addresses_ride_a_planned_miss(
+    origin: Origin, make_cache: MakeCache
+) -> None:
+    """A plan is made per client, but any client asking the same way gets its answer."""
+    cache, objects, _, _ = await planned_setup(make_cache, origin)
+    path = "/m/crowd"
+    serve(origin, objects, path)
+    url = origin.url(path)
+    gate = objects.gates[path] = asyncio.Event()
+    async with asyncio.timeout(10):
+        first = asyncio.create_task(fetch(cache, url, headers=FIELDS))
+        await wait_until(lambda: origin.hits[path] == 1)
+        others = [asyncio.create_task(fetch_from(cache, url, f"127.0.0.{n}")) for n in (2, 3)]
+        await wait_until(lambda: riders_waiting(cache, url) == len(others))
+        gate.set()
+        responses = await asyncio.gather(first, *others)
+    check_answer(responses[0], objects, path)
+    for resp in responses[1:]:
+        check_answer(resp, objects, path, joined=True)
+    assert origin.hits[path] == 1
+    assert carried(cache) == 2
+
+
 async def test_clients_riding_a_planned_miss_answered_otherwise_join_its_fetch(
     origin: Origin, make_cache: MakeCache
 ) -> None:
