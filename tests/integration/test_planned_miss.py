@@ -995,15 +995,24 @@ async def test_plans_with_a_disk_tier_for_keys_it_does_not_hold(
 # -- collapsed forwarding ----------------------------------------------------------------------
 
 
-async def test_clients_join_a_planned_miss(origin: Origin, make_cache: MakeCache) -> None:
-    cache, objects, _, _ = await planned_setup(make_cache, origin)
-    path = "/m/joined"
+async def planned_miss_under_way(
+    cache: CacheServer, origin: Origin, objects: Objects, path: str
+) -> tuple[str, asyncio.Event, asyncio.Task[RawResponse]]:
+    """A planned miss of ``path`` sent to the origin, which holds its answer until the gate
+    is set: the URL, the gate and the first client's request."""
     serve(origin, objects, path)
     url = origin.url(path)
     gate = objects.gates[path] = asyncio.Event()
+    first = asyncio.create_task(fetch(cache, url, headers=FIELDS))
+    await wait_until(lambda: origin.hits[path] == 1)
+    return url, gate, first
+
+
+async def test_clients_join_a_planned_miss(origin: Origin, make_cache: MakeCache) -> None:
+    cache, objects, _, _ = await planned_setup(make_cache, origin)
+    path = "/m/joined"
     async with asyncio.timeout(10):
-        first = asyncio.create_task(fetch(cache, url, headers=FIELDS))
-        await wait_until(lambda: origin.hits[path] == 1)
+        url, gate, first = await planned_miss_under_way(cache, origin, objects, path)
         open_before = len(cache.connections)
         others = [asyncio.create_task(fetch(cache, url, headers=FIELDS)) for _ in range(4)]
         await wait_until(lambda: len(cache.connections) >= open_before + len(others))
@@ -1044,12 +1053,8 @@ async def test_clients_at_other_addresses_ride_a_planned_miss(
     """A plan is made per client, but any client asking the same way gets its answer."""
     cache, objects, _, _ = await planned_setup(make_cache, origin)
     path = "/m/crowd"
-    serve(origin, objects, path)
-    url = origin.url(path)
-    gate = objects.gates[path] = asyncio.Event()
     async with asyncio.timeout(10):
-        first = asyncio.create_task(fetch(cache, url, headers=FIELDS))
-        await wait_until(lambda: origin.hits[path] == 1)
+        url, gate, first = await planned_miss_under_way(cache, origin, objects, path)
         others = [asyncio.create_task(fetch_from(cache, url, f"127.0.0.{n}")) for n in (2, 3)]
         await wait_until(lambda: riders_waiting(cache, url) == len(others))
         gate.set()

@@ -6,13 +6,6 @@ refreshed are written behind; a store shared with other processes writes nothing
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import TypeVar
-
 import pytest
 
 from harvest_cache.config import KIB, MIB, CacheConfig
@@ -20,66 +13,34 @@ from harvest_cache.store.disk import DiskTier
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.store.tiered import TieredStore, open_store
+from tests.store.test_store_small import Tier
 from tests.store.test_store_tiered import body_of, head_for, payload, put
 from tests.store.test_store_writer import Held, on_disk, writer_of
-
-T = TypeVar("T")
-
-
-class Tier:
-    """A disk tier of its own, every call on one thread (its SQLite connection's)."""
-
-    def __init__(self, thread: ThreadPoolExecutor, tier: DiskTier) -> None:
-        self.thread = thread
-        self.tier = tier
-
-    async def run(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.thread, fn, *args)
-
-    async def close(self) -> None:
-        await self.run(self.tier.close_connection, threading.Barrier(1))
-        await self.run(self.tier.release)
-
-
-async def open_tier(directory: Path, size_limit: int, thread: ThreadPoolExecutor) -> Tier:
-    loop = asyncio.get_running_loop()
-    return Tier(thread, await loop.run_in_executor(thread, DiskTier.open, directory, size_limit))
 
 
 async def test_every_change_is_kept_in_the_membership_and_read_again_at_open(
     cfg: CacheConfig,
 ) -> None:
-    with ThreadPoolExecutor(1) as thread:
-        disk = await open_tier(cfg.dir, 64 * MIB, thread)
-        tier = disk.tier
-        await disk.run(tier.commit, "a", head_for("a", KIB), payload(KIB))
-        await disk.run(tier.commit, "big", head_for("big", 100 * KIB), payload(100 * KIB))
-        await disk.run(tier.commit_many, [("b", head_for("b", 10), payload(10))])
-        await disk.run(tier.put_marker, "m", VaryMarker("http://origin.test/m", ("accept",), 1))
+    async with Tier(cfg.dir, 64 * MIB) as tier:
+        await tier("commit", "a", head_for("a", KIB), payload(KIB))
+        await tier("commit", "big", head_for("big", 100 * KIB), payload(100 * KIB))
+        await tier("commit_many", [("b", head_for("b", 10), payload(10))])
+        await tier("put_marker", "m", VaryMarker("http://origin.test/m", ("accept",), "g"))
         assert [tier.may_hold(k) for k in ("a", "big", "b", "m", "x")] == [True] * 4 + [False]
-        await disk.run(tier.delete, "a")
+        await tier("delete", "a")
         assert not tier.may_hold("a")
-        await disk.close()
-        again = await open_tier(cfg.dir, 64 * MIB, thread)
-        try:
-            held = [again.tier.may_hold(k) for k in ("a", "big", "b", "m", "x")]
-            assert held == [False, True, True, True, False]
-        finally:
-            await again.close()
+    async with Tier(cfg.dir, 64 * MIB) as again:
+        held = [again.may_hold(k) for k in ("a", "big", "b", "m", "x")]
+        assert held == [False, True, True, True, False]
 
 
 async def test_keys_culled_to_keep_the_bound_leave_the_membership(cfg: CacheConfig) -> None:
-    with ThreadPoolExecutor(1) as thread:
-        disk = await open_tier(cfg.dir, 2 * MIB, thread)
-        tier = disk.tier
-        keys = [f"k{i}" for i in range(64)]
-        try:
-            for key in keys:  # 64 bodies of 64 KiB in files: four times the bound
-                await disk.run(tier.commit, key, head_for(key, 64 * KIB), payload(64 * KIB))
-            found = [await disk.run(tier.get, key, MIB) is not None for key in keys]
-            held = [tier.may_hold(key) for key in keys]
-        finally:
-            await disk.close()
+    keys = [f"k{i}" for i in range(64)]
+    async with Tier(cfg.dir, 2 * MIB) as tier:
+        for key in keys:  # 64 bodies of 64 KiB in files: four times the bound
+            await tier("commit", key, head_for(key, 64 * KIB), payload(64 * KIB))
+        found = [await tier("get", key, MIB) is not None for key in keys]
+        held = [tier.may_hold(key) for key in keys]
     assert sum(found) < 40  # (culled: the oldest first)
     assert not any(found[:10])
     # No key the tier holds is missing from the membership; those culled are gone from it.
