@@ -1008,6 +1008,17 @@ async def planned_miss_under_way(
     return url, gate, first
 
 
+def check_collapsed(
+    responses: list[RawResponse], objects: Objects, path: str, origin: Origin
+) -> None:
+    """The first of ``responses`` is the planned miss's, the others those of clients that
+    joined it; the origin was asked once."""
+    check_answer(responses[0], objects, path)
+    for resp in responses[1:]:
+        check_answer(resp, objects, path, joined=True)
+    assert origin.hits[path] == 1
+
+
 async def test_clients_join_a_planned_miss(origin: Origin, make_cache: MakeCache) -> None:
     cache, objects, _, _ = await planned_setup(make_cache, origin)
     path = "/m/joined"
@@ -1020,10 +1031,7 @@ async def test_clients_join_a_planned_miss(origin: Origin, make_cache: MakeCache
         assert origin.hits[path] == 1
         gate.set()
         responses = await asyncio.gather(first, *others)
-    check_answer(responses[0], objects, path)
-    for resp in responses[1:]:
-        check_answer(resp, objects, path, joined=True)
-    assert origin.hits[path] == 1
+    check_collapsed(responses, objects, path, origin)
     assert planned_misses(cache) == 1
     assert carried(cache) == 4  # answered from the planned answer, not the general path
     assert lean(cache) == (6, 0)
@@ -1059,10 +1067,7 @@ async def test_clients_at_other_addresses_ride_a_planned_miss(
         await wait_until(lambda: riders_waiting(cache, url) == len(others))
         gate.set()
         responses = await asyncio.gather(first, *others)
-    check_answer(responses[0], objects, path)
-    for resp in responses[1:]:
-        check_answer(resp, objects, path, joined=True)
-    assert origin.hits[path] == 1
+    check_collapsed(responses, objects, path, origin)
     assert carried(cache) == 2
 
 
