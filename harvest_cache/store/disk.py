@@ -81,6 +81,8 @@ _SMALL_GET = "SELECT record FROM Small WHERE key = ?"
 _SMALL_GET_WHOLE = "SELECT record, body FROM Small WHERE key = ?"
 _SMALL_REWRITE = "UPDATE Small SET stored = ?, record = ? WHERE key = ?"
 _SMALL_DELETE = "DELETE FROM Small WHERE key = ?"
+_SMALL_KEYS = "SELECT key FROM Small"
+_SMALL_RECORDS = "SELECT record FROM Small"
 # What the storage layers raise; each is mapped to DiskError at this module's boundary.
 STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
 
@@ -264,7 +266,7 @@ class DiskTier:
             for statement in _SMALL_SCHEMA:
                 cache._sql(statement)
             held = {hash(name[2:]) for (name,) in cache._sql(_ALL_RECORDS)}
-            held.update(hash(name) for (name,) in cache._sql("SELECT key FROM Small"))
+            held.update(hash(name) for (name,) in cache._sql(_SMALL_KEYS))
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot open the disk tier in {directory}: {e}") from e
         return cls(cache, tmp, lock_fd, held)
@@ -494,7 +496,7 @@ class DiskTier:
         """The heads of all stored objects (unreadable records are left out)."""
         out = []
         try:
-            for (raw,) in self._cache._sql("SELECT record FROM Small").fetchall():
+            for (raw,) in self._cache._sql(_SMALL_RECORDS).fetchall():
                 with suppress(CorruptRecord):
                     small = decode(raw)
                     if isinstance(small, ObjectRecord):

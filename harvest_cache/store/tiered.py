@@ -151,9 +151,9 @@ class TieredStore:
             return found
         self._reading[key] = self._reading.get(key, 0) + 1
         try:
-            if self.disk_writer is not None and self.disk_writer.holds(key):
+            if self._written_behind(key):
                 # (evicted from memory before its disk copy was written: not the older one)
-                await self.disk_writer.call(_nothing)
+                await self.flush()
             found = await self._read(self._disk, key)
         except DiskError as e:
             self.read_failures += 1
