@@ -209,6 +209,25 @@ class CacheCollector:
             (),
             {(): store.disk_skips},
         )
+        partial = stats.partial
+        yield _counter(
+            "harvest_cache_partial_parts_stored",
+            "206 responses kept as parts of partial content (RFC 9111 3.3).",
+            (),
+            {(): partial.parts_stored},
+        )
+        yield _counter(
+            "harvest_cache_partial_completed",
+            "Representations put together from their parts and stored whole (RFC 9111 3.4).",
+            (),
+            {(): partial.completed},
+        )
+        yield _counter(
+            "harvest_cache_partial_lost",
+            "Partial content dropped because a part it named had been evicted.",
+            (),
+            {(): partial.lost},
+        )
         yield _gauge(
             "harvest_cache_page_copy_bytes",
             "Bytes of hot bodies also held in memory files, sent from there by the kernel.",

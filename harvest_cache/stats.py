@@ -19,6 +19,12 @@ class StoreStats(NamedTuple):
     disk_skips: int  # small objects not stored on disk: its writer was too far behind
 
 
+class PartialStats(NamedTuple):
+    parts_stored: int  # 206s kept as parts of partial content
+    completed: int  # representations put together from their parts, stored whole
+    lost: int  # indexes dropped because a part they named was gone
+
+
 class PoolStats(NamedTuple):
     opened: int  # connections opened
     reused: int  # requests sent on an idle kept-alive connection
@@ -61,6 +67,7 @@ class CacheStats(NamedTuple):
 
     traffic: Traffic
     store: StoreStats
+    partial: PartialStats
     origin_pool: PoolStats
     peer_pool: PoolStats
     dns: DnsStats

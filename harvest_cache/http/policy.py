@@ -26,8 +26,9 @@ from harvest_cache.http.validation import response_etag
 from harvest_cache.http.vary import vary_names
 
 # Statuses whose caching rules Harvest implements: with must-understand, only these may be
-# stored, and for them no-store is then ignored (RFC 9111 5.2.2.3).
-UNDERSTOOD_STATUSES = (HEURISTIC_STATUSES - {206}) | {302, 303, 307}
+# stored, and for them no-store is then ignored (RFC 9111 5.2.2.3). (206: as a part, see
+# ``storable``'s ``part``.)
+UNDERSTOOD_STATUSES = HEURISTIC_STATUSES | {302, 303, 307}
 
 
 def request_directives(headers: Headers) -> CacheControl:
@@ -59,11 +60,14 @@ def storable(
     status: int,
     response_headers: Headers,
     response_cc: CacheControl,
+    *,
+    part: bool = False,
 ) -> StoreDecision:
     """May a shared cache store this response (RFC 9111 3)?
 
     Reasons, checked in this order: ``method`` (only GET: a HEAD response has no content to
-    store as a GET's), ``status`` (not final, 206 for now, or 304), ``no-store`` (request, or
+    store as a GET's), ``status`` (not final, 304, or a 206 unless the caller keeps it as a
+    part of partial content, ``part``: harvest_cache.http.partial), ``no-store`` (request, or
     response unless must-understand with a status Harvest understands), ``must-understand``
     (status not understood), ``private``, ``authorization`` (RFC 9111 3.5), ``vary-star``,
     ``no-freshness`` (no explicit freshness, not public, not heuristically cacheable), and
@@ -74,7 +78,7 @@ def storable(
     """
     if method != "GET":
         return StoreDecision(False, "method")
-    if status < 200 or status > 599 or status in (206, 304):
+    if status < 200 or status > 599 or status == 304 or (status == 206 and not part):
         return StoreDecision(False, "status")
     if request_cc.no_store:
         return StoreDecision(False, "no-store")

@@ -20,9 +20,10 @@ from harvest_cache.server.accesslog import AccessLog, Rotation
 from harvest_cache.server.acl import address_in
 from harvest_cache.server.admin import AdminServer
 from harvest_cache.server.connection import ClientConnection
+from harvest_cache.server.partials import PartialStore
 from harvest_cache.server.proxy import Proxy, heuristic_rules
 from harvest_cache.server.routing import Router, fetch_internal
-from harvest_cache.stats import CacheStats, DnsStats, StoreStats
+from harvest_cache.stats import CacheStats, DnsStats, PartialStats, StoreStats
 from harvest_cache.store.tiered import TieredStore, open_store
 from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.pool import Pool
@@ -83,6 +84,8 @@ class CacheServer:
         self.config = config
         self.traffic = Traffic()
         self.store = store
+        # Partial content's indexes in the store, one for every proxy a reload makes.
+        self.partials = PartialStore(store)
         self.resolver = resolver
         self.access_log = access_log
         self.tasks = TaskSet()
@@ -187,6 +190,7 @@ class CacheServer:
             router,
             heuristics,
             self.traffic,
+            self.partials,
             self.digests,
             own,
         )
@@ -312,6 +316,9 @@ class CacheServer:
                 store.read_failures,
                 store.write_failures,
                 store.disk_skips,
+            ),
+            partial=PartialStats(
+                self.partials.parts_stored, self.partials.completed, self.partials.lost
             ),
             origin_pool=self.pool.stats(),
             peer_pool=self.peer_pool.stats(),

@@ -16,7 +16,7 @@ from harvest_cache.config import CacheConfig, Config
 from harvest_cache.errors import NoRoute, RequestError, UpstreamError
 from harvest_cache.hierarchy.digests import CONTENT_TYPE, DIGEST_PATH, Digests
 from harvest_cache.hierarchy.route import Hop
-from harvest_cache.http import conditional, forwarding
+from harvest_cache.http import conditional, forwarding, partial
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
 from harvest_cache.http.dates import format_http_date
@@ -36,6 +36,7 @@ from harvest_cache.http.decision import (
     TryStale,
     after_forward,
     bypass,
+    hit_result,
     lookup,
     relay,
     serve_stale,
@@ -45,9 +46,12 @@ from harvest_cache.http.freshness import (
     HeuristicRules,
 )
 from harvest_cache.http.headers import Headers
+from harvest_cache.http.partial import FromParts
 from harvest_cache.http.policy import (
+    StoreDecision,
     evaluate,
     request_directives,
+    storable,
 )
 from harvest_cache.http.ranges import IgnoreRange, SinglePart, Unsatisfiable, answer_range
 from harvest_cache.http.stored import StoredHead
@@ -67,6 +71,13 @@ from harvest_cache.server.fetch import (
 from harvest_cache.server.flight import Flight, FlightHead, FlightReader, FlightRetry, StartedFetch
 from harvest_cache.server.head_memo import HeadMemo, ParsedHead
 from harvest_cache.server.pages import BodyPages
+from harvest_cache.server.partials import (
+    HeldParts,
+    PartialStore,
+    PartsAsked,
+    PartWriter,
+    close_bodies,
+)
 from harvest_cache.server.prepared.hits import HotIndex
 from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
 from harvest_cache.server.request import Request
@@ -135,6 +146,7 @@ class Proxy:
         router: Router,
         heuristics: HeuristicRules,
         traffic: Traffic,
+        partials: PartialStore,
         digests: Digests | None = None,
         own: tuple[frozenset[str], int] = (frozenset(), 0),
     ) -> None:
@@ -154,6 +166,8 @@ class Proxy:
         self._digests = digests
         self._own_hosts, self._own_port = own
         self._fetcher = Fetcher(config, name, store, router, tasks.spawn)
+        self.partials = partials
+        self._partials = partials
         self._refreshing: set[str] = set()  # keys revalidated in the background
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
@@ -416,7 +430,9 @@ class Proxy:
             tx.result = "TCP_DENIED"
             raise RequestError(403, "PURGE is not allowed from your address", close=False)
         tx.result = "TCP_MISS"
-        if await self._store.purge(target.url):
+        held_parts = await self._partials.find(target.url) is not None
+        await self._partials.drop(target.url)
+        if await self._store.purge(target.url) or held_parts:
             await reply.send_text(200, "OK", "purged\n", Headers())
         else:
             await reply.send_text(404, "Not Found", "not in the cache\n", Headers())
@@ -533,6 +549,9 @@ class Proxy:
                 raise RequestError(status, reason, close=False)
             case Forward(result=result, fwd=why, describe=describe):
                 _close_body(found)
+                if found is None and not varies and not looped and _ranged_get(req):
+                    await self._from_parts(req, target, key, conn, tx, reply, result)
+                    return
                 described = (key, found.head) if describe and found is not None else None
                 await self._forward(req, target, conn, tx, reply, result, described, why)
             case Revalidate(fwd=fwd) | Fetch(fwd=fwd):
@@ -743,6 +762,23 @@ class Proxy:
                 ranged = _ranged(req.headers, stored_headers, obj.body, head.body_length)
                 if ranged is not None:
                     status, reason, headers, length, pieces = ranged
+        self._stored_fields(headers, key, detail, age, ttl, fwd_status)
+        try:
+            await _send_pieces(req, reply, status, reason, headers, length, pieces)
+        finally:
+            _close_body(obj)
+
+    def _stored_fields(
+        self,
+        headers: Headers,
+        key: str,
+        detail: str,
+        age: float,
+        ttl: float,
+        fwd_status: int | None,
+    ) -> None:
+        """Add what a stored response is sent with: Age, Via, our Cache-Status (``detail``:
+        ``hit``, or why it went forward before it was served)."""
         named = self.fast.key_for(key)
         if detail == "hit":
             value = cache_status(self.name, hit=True, ttl=ttl, key=named)
@@ -751,21 +787,134 @@ class Proxy:
                 self.name, hit=False, fwd=detail, fwd_status=fwd_status, ttl=ttl, key=named
             )
         from_store(headers, age, value, self.name)
+
+    # -- partial content (RFC 9111 3.3-3.4) ------------------------------------------------------
+
+    async def _from_parts(
+        self,
+        req: Request,
+        target: Target,
+        key: str,
+        conn: ClientConnection,
+        tx: Transaction,
+        reply: Reply,
+        result: str,
+    ) -> None:
+        """A GET with Range, no whole object held: answered from the parts held if they
+        cover it (after the origin confirms them, if their index is stale), else forwarded
+        as asked, and the 206 it brings kept as a part."""
+        held = await self._partials.find(key)
+        planned = None if held is None else self._plan_parts(req, held)
+        if held is not None and planned is not None and not planned.validate:
+            if await self._serve_parts(req, key, held, planned, tx, reply, "TCP_HIT", "hit"):
+                return
+            held = planned = None
+        fwd = "uri-miss" if held is None else "stale" if planned is not None else "partial"
+        validate = held if planned is not None else None
+        parts = PartsAsked(key, validate)
+        await self._forward(req, target, conn, tx, reply, result, fwd=fwd, parts=parts)
+
+    def _plan_parts(
+        self, req: Request, held: HeldParts, validated: bool = False
+    ) -> FromParts | None:
+        heuristic = self.heuristics.for_url(held.head.url)
+        return partial.plan(
+            req.headers,
+            held.head,
+            held.index,
+            time.time(),
+            heuristic,
+            boundary=token_hex(12),
+            validated=validated,
+        )
+
+    async def _serve_parts(
+        self,
+        req: Request,
+        key: str,
+        held: HeldParts,
+        planned: FromParts,
+        tx: Transaction,
+        reply: Reply,
+        result: str,
+        detail: str,
+        fwd_status: int | None = None,
+    ) -> bool:
+        """Send the 206 ``planned``; False, with nothing sent and the index dropped, if a
+        part it needs is gone."""
+        bodies: list[list[bytes | FileBody]] = []
+        disk = False
         try:
-            if req.method == "HEAD" or not pieces:
-                reply.start(status, reason, headers, length)
-            elif len(pieces) == 1 and isinstance(pieces[0], bytes) and len(pieces[0]) < _COALESCE:
-                reply.start(status, reason, headers, length, pieces[0])
+            for pieces in planned.pieces:
+                got = await self._partials.read(key, pieces)
+                if got is None:
+                    await self._partials.drop(key)
+                    return False
+                bodies.append(got.bodies)
+                disk = disk or got.disk
+            # (a hit: from memory only if every byte was)
+            tx.result = hit_result("disk" if disk else "memory") if detail == "hit" else result
+            answer = planned.answer
+            headers = answer.response_headers(
+                Headers(held.head.headers), if_range="If-Range" in req.headers
+            )
+            out: list[bytes | FileBody] = []
+            if isinstance(answer, SinglePart):
+                out = bodies[0]
             else:
-                reply.start(status, reason, headers, length)
-                for piece in pieces:
-                    if isinstance(piece, bytes):
-                        await reply.write(piece)
-                    else:
-                        await reply.send_file(piece)
-            await reply.end()
+                for part, part_bodies in zip(answer.parts, bodies, strict=True):
+                    out += (part.head, *part_bodies)
+                out.append(answer.closing)
+            self._stored_fields(headers, key, detail, planned.age, planned.ttl, fwd_status)
+            await _send_pieces(
+                req, reply, 206, "Partial Content", headers, answer.content_length, out
+            )
         finally:
-            _close_body(obj)
+            for read in bodies:
+                close_bodies(read)
+        return True
+
+    async def _validated_parts(
+        self,
+        req: Request,
+        target: Target,
+        conn: ClientConnection,
+        tx: Transaction,
+        reply: Reply,
+        parts: PartsAsked,
+        not_modified: Headers,
+        times: tuple[float, float],
+    ) -> None:
+        """The origin confirmed the parts held (a 304): freshen their index and answer from
+        them; if that is no longer possible, forward the request as asked."""
+        assert parts.validate is not None
+        held = await self._partials.freshen(parts.key, parts.validate, not_modified, times)
+        planned = self._plan_parts(req, held, validated=True)
+        if planned is not None:
+            result = "TCP_REFRESH_UNMODIFIED"
+            if await self._serve_parts(
+                req, parts.key, held, planned, tx, reply, result, "stale", 304
+            ):
+                return
+        await self._forward(
+            req, target, conn, tx, reply, "TCP_SWAPFAIL_MISS", parts=PartsAsked(parts.key, None)
+        )
+
+    def _open_part(
+        self, parts: PartsAsked, req: Request, status: int, headers: Headers
+    ) -> tuple[PartWriter, StoreDecision] | None:
+        """A writer for the part a response carries, if it is one to keep."""
+        got = partial.received(status, headers)
+        if got is None:
+            return None
+        cc = parse_cache_control(headers.get_all("Cache-Control"))
+        decision = storable(
+            "GET", req.headers, request_directives(req.headers), status, headers, cc, part=True
+        )
+        if not decision.ok:
+            return None
+        pending = self._partials.open_part(parts.key, got)
+        return None if pending is None else (pending, decision)
 
     # -- everything else: forwarded as it comes --------------------------------------------------
 
@@ -779,11 +928,14 @@ class Proxy:
         result: str,
         described: tuple[str, StoredHead] | None = None,
         fwd: str | None = None,
+        parts: PartsAsked | None = None,
     ) -> None:
         """Pass ``req`` on and its response back. ``described``: the stored GET response (and
         its key) that a HEAD request could have been answered with, which the response then
         freshens or invalidates (RFC 9111 4.3.5). ``fwd``: why it went forward, for
-        Cache-Status (by default ``method``, or ``uri-miss`` for GET and HEAD)."""
+        Cache-Status (by default ``method``, or ``uri-miss`` for GET and HEAD). ``parts``: a
+        range request whose 206 is kept as a part, sent to validate the parts held if it
+        names an index to validate."""
         tx.result = result
         sent_continue = False
         expect = (req.headers.get("Expect") or "").lower()
@@ -792,6 +944,9 @@ class Proxy:
             conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             sent_continue = True
         headers = upstream_headers(req, target, conn.client_ip, self.name, self._config)
+        validate = parts.validate if parts is not None else None
+        if validate is not None:
+            headers.add("If-None-Match", validate.index.etag)
         relay = interim_relay(conn, req.version, self.fast.via, sent_continue=sent_continue)
 
         def build(hop: Hop) -> OutgoingRequest:
@@ -817,9 +972,11 @@ class Proxy:
         )
         tx.hierarchy = hop.code
         tx.peer = exchange.peer_ip
+        kept: tuple[PartWriter, StoreDecision] | None = None
         try:
             head = exchange.head
             response_time = time.time()
+            times = (request_time, response_time)
             response_headers = forwarding.end_to_end(head.headers)
             forwarding.ensure_date(response_headers, response_time)
             changes = after_forward(
@@ -828,30 +985,63 @@ class Proxy:
                 head.status,
                 response_headers,
                 described[1] if described is not None else None,
-                (request_time, response_time),
+                times,
             )
             for url in changes.invalidated:
                 await self._store.delete(url)
+                await self._partials.drop(url)
             if described is not None:
                 if changes.freshened is not None:
                     await self._store.update_head(described[0], changes.freshened)
                 elif changes.drop_described:
                     await self._store.delete(described[0])
+            if validate is not None and head.status == 304:
+                exchange.release()
+                assert parts is not None
+                await self._validated_parts(
+                    req, target, conn, tx, reply, parts, response_headers, times
+                )
+                return
+            if validate is not None:
+                tx.result = "TCP_REFRESH_MODIFIED"
+            if parts is not None:
+                kept = self._open_part(parts, req, head.status, response_headers)
+            stored_fields = response_headers.copy() if kept is not None else response_headers
             forwarding.add_via(response_headers, "1.1", self.name)
             cacheable = req.method in ("GET", "HEAD")
             if fwd is None:
                 fwd = "uri-miss" if cacheable else "method"
             named = self.fast.key_for(target.url) if cacheable else None
-            response_headers.add(
-                "Cache-Status",
-                cache_status(self.name, hit=False, fwd=fwd, fwd_status=head.status, key=named),
+            value = cache_status(
+                self.name,
+                hit=False,
+                fwd=fwd,
+                fwd_status=head.status,
+                stored=kept is not None,
+                key=named,
             )
+            response_headers.add("Cache-Status", value)
             reply.start(head.status, head.reason, response_headers, content_length(head.headers))
+            held_back = b""
             while chunk := await exchange.read():
+                if kept is not None:
+                    # Each chunk goes out after the next one came: the last waits until the
+                    # part is kept, so a client with the whole answer finds the part held.
+                    await kept[0].writer.write(chunk)
+                    chunk, held_back = held_back, chunk
                 await reply.write(chunk)
+            if kept is not None:
+                assert parts is not None
+                pending, decision = kept
+                await self._partials.keep(
+                    parts.key, target.url, pending, stored_fields, decision, times
+                )
+                await reply.write(held_back)
             await reply.end()
         except BaseException:
             exchange.abort()
+            if kept is not None:
+                await kept[0].writer.abort()
             raise
         exchange.release()
 
@@ -859,6 +1049,35 @@ class Proxy:
 def _plain(req: Request) -> bool:
     """Whether the fast path would have taken this request (so it may take the next one)."""
     return req.method == "GET" and req.body is None and not req.slow
+
+
+def _ranged_get(req: Request) -> bool:
+    """A GET with Range and no body: one partial content may answer."""
+    return req.method == "GET" and req.body is None and "Range" in req.headers
+
+
+async def _send_pieces(
+    req: Request,
+    reply: Reply,
+    status: int,
+    reason: str,
+    headers: Headers,
+    length: int | None,
+    pieces: list[bytes | FileBody],
+) -> None:
+    """Send a stored response's head and body pieces (bytes, or ranges of files on disk)."""
+    if req.method == "HEAD" or not pieces:
+        reply.start(status, reason, headers, length)
+    elif len(pieces) == 1 and isinstance(pieces[0], bytes) and len(pieces[0]) < _COALESCE:
+        reply.start(status, reason, headers, length, pieces[0])
+    else:
+        reply.start(status, reason, headers, length)
+        for piece in pieces:
+            if isinstance(piece, bytes):
+                await reply.write(piece)
+            else:
+                await reply.send_file(piece)
+    await reply.end()
 
 
 def _ranged(

@@ -285,12 +285,14 @@ class TieredStore:
         return True
 
     async def heads(self) -> list[StoredHead]:
-        """The heads of the objects in either tier (what a cache digest is made of)."""
-        heads = {h.url: h for h in self.memory.heads()}
+        """The heads of the whole objects in either tier (what a cache digest is made of:
+        partial content, 206s, answers only some requests for its URL)."""
+        heads = {h.url: h for h in self.memory.heads() if h.status != 206}
         if self._disk is not None:
             try:
                 for head in await self._run(self._disk.heads):
-                    heads.setdefault(head.url, head)
+                    if head.status != 206:
+                        heads.setdefault(head.url, head)
             except DiskError as e:
                 log.warning("listing the disk tier failed: %s", e)
         return list(heads.values())
