@@ -6,14 +6,18 @@ executor, never on the event loop. Under the cache directory::
     objects/   the diskcache.Cache: its SQLite index and body files (objects/xx/yy/*.val)
     tmp/       spools of bodies being written; any found at open belong to a dead process
 
-An object under 32 KiB and a Vary marker are one row of a table of their own (``Small``: key,
-time stored, record, body) in the same SQLite file: storing a batch of them is one
-``executemany``, a fraction of what diskcache's ``set`` costs per row. The body is the row's
-last column, so listing or rewriting records reads no body. A larger object is two
-diskcache rows: ``h:KEY`` holds its record (codec.py), which names a body row ``b:TOKEN``, a
-file, with a fresh token per commit. Since a record holds or names exactly one body, a reader
-never pairs a head with another version's body, however a concurrent commit interleaves with
-its two lookups. A key is in one table or the other: storing in one drops it from the other.
+An object under 32 KiB and a Vary marker are one entry appended to a segment file
+(store.segments: key, record and body under one CRC), and a row of the ``Logged`` table
+naming where it lies (key, segment, offset, length, and a copy of the record, so that listing
+heads or rewriting a record reads no body). Storing a batch of them is one write and one
+``executemany``; reading one on the event loop is a copy from the page cache when the kernel
+holds it (``read_nowait``), else a read in a thread. A larger object is two diskcache rows:
+``h:KEY`` holds its record (codec.py), which names a body row ``b:TOKEN``, a file, with a
+fresh token per commit. Since a record holds or names exactly one body, a reader never pairs a
+head with another version's body, however a concurrent commit interleaves with its two
+lookups. A key is in one table or the other: storing in one drops it from the other. (Small
+objects of the layout before segments, rows of a ``Small`` table, are moved into segments at
+open.)
 
 Crash safety. A body is written to a spool in tmp/; both rows are committed in one SQLite
 transaction; then the spool is renamed to the file name the body row already holds. A kill
@@ -21,23 +25,27 @@ before the commit leaves a spool (removed at open); a kill after it and before t
 leaves rows whose file is missing, which read as absent (diskcache's ``get`` treats a missing
 file as a miss) until the key is stored again or evicted. No file is ever left in objects/
 without a row, and the body's length, and CRC-32 when it is read whole, is checked on read.
+A segment entry is appended before the transaction that adds its row commits: a kill between
+leaves bytes no row names, gone with their segment. A segment file without a row (a kill
+before its first commit) is removed at open.
 
-Membership. The tier keeps, in memory, a fingerprint (``hash``) of every key it holds, read
-at open and kept up to date by every change, cull included: whether a key may be on disk is
-known without I/O, so a miss for a key it does not hold is a miss at once (the fast paths
-take it, and ICP answers it). A fingerprint shared by two keys only sends a request the long
-way; about 60 bytes a key, as Squid's in-memory index of its cache_dir.
+Membership. The tier keeps, in memory, where each small object's entry lies (by the
+``hash`` of its key) and a fingerprint of every larger object's key, read at open and kept up
+to date by every change, cull included: whether a key may be on disk is known without I/O, so
+a miss for a key it does not hold is a miss at once (the fast paths take it, and ICP answers
+it). A hash shared by two keys only sends a request the long way; about 110 bytes a small
+object and 60 a large one, as Squid's in-memory index of its cache_dir.
 
-Eviction. diskcache culls by ``least-recently-stored`` (FIFO by store time), and so does
-``Small``. We chose it over
-``least-recently-used`` because LRU makes every disk hit a SQLite write transaction,
+Eviction. diskcache culls by ``least-recently-stored`` (FIFO by store time), and so do the
+segments, a whole segment (a sixteenth of the tier, 1 to 64 MiB) at a time, the oldest
+first. We chose it over ``least-recently-used`` because LRU makes every disk hit a write,
 serialising readers behind writers; the hot set lives in the LRU memory tier anyway, as in
 Squid where the memory cache shields the disk store. Automatic culling inside ``set`` is off
 (``cull_limit=0``); each commit culls explicitly, so the tier stays within its bound after
-every commit and the number of evicted rows can be counted. The cull is the policy's own query
-over both tables (the ten oldest rows of either at a time), made here because diskcache's
-``cull`` knows neither ``Small`` nor says which keys it removed, and the membership must
-forget them.
+every commit and the number of evicted objects can be counted. The cull is the policy's own,
+over diskcache's rows and the segments (whichever is older goes first), made here because
+diskcache's ``cull`` knows no segments nor says which keys it removed, and the membership
+must forget them.
 """
 
 from __future__ import annotations
@@ -64,27 +72,48 @@ from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.codec import CorruptRecord, ObjectRecord, decode, encode
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, Found, StoredObject
+from harvest_cache.store.segments import Damaged, Location, Segments, pack, unpack
 
 EVICTION_POLICY = "least-recently-stored"
 # Pages of the index each SQLite connection caches (4 KiB each).
 SQLITE_CACHE_PAGES = 1024
-# The policy's cull over diskcache's rows and Small's, keys included (see "Eviction" above).
+# The policy's cull over diskcache's rows, keys included (see "Eviction" above).
 _OLDEST = "SELECT store_time, rowid, key, filename FROM Cache ORDER BY store_time LIMIT 10"
-_SMALL_OLDEST = "SELECT stored, rowid, key FROM Small ORDER BY stored LIMIT 10"
-_SMALL_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS Small (key TEXT PRIMARY KEY, stored REAL NOT NULL,"
-    " record BLOB NOT NULL, body BLOB)",
-    "CREATE INDEX IF NOT EXISTS Small_stored ON Small (stored)",
+# Segments take a sixteenth of the tier each, within these bounds.
+SEGMENT_MIN = 1 << 20
+SEGMENT_MAX = 64 << 20
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS Segment (number INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " created REAL NOT NULL, size INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS Logged (key TEXT PRIMARY KEY, segment INTEGER NOT NULL,"
+    " offset INTEGER NOT NULL, length INTEGER NOT NULL, record BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS Logged_segment ON Logged (segment)",
 )
-_SMALL_PUT = "INSERT OR REPLACE INTO Small (key, stored, record, body) VALUES (?, ?, ?, ?)"
-_SMALL_GET = "SELECT record FROM Small WHERE key = ?"
-_SMALL_GET_WHOLE = "SELECT record, body FROM Small WHERE key = ?"
-_SMALL_REWRITE = "UPDATE Small SET stored = ?, record = ? WHERE key = ?"
-_SMALL_DELETE = "DELETE FROM Small WHERE key = ?"
-_SMALL_KEYS = "SELECT key FROM Small"
-_SMALL_RECORDS = "SELECT record FROM Small"
+_LOGGED_PUT = (
+    "INSERT OR REPLACE INTO Logged (key, segment, offset, length, record) VALUES (?, ?, ?, ?, ?)"
+)
+_LOGGED_GET = "SELECT segment, offset, length FROM Logged WHERE key = ?"
+_LOGGED_RECORD = "SELECT record FROM Logged WHERE key = ?"
+_LOGGED_DELETE = "DELETE FROM Logged WHERE key = ?"
+_LOGGED_ALL = "SELECT key, segment, offset, length FROM Logged"
+_LOGGED_RECORDS = "SELECT record FROM Logged"
+_LOGGED_IN = "SELECT key FROM Logged WHERE segment = ?"
+_LOGGED_DROP = "DELETE FROM Logged WHERE segment = ?"
+_SEGMENT_NEW = "INSERT INTO Segment (created, size) VALUES (?, 0)"
+_SEGMENT_GROW = "UPDATE Segment SET size = ? WHERE number = ?"
+_SEGMENT_SIZE = "SELECT size FROM Segment WHERE number = ?"
+_SEGMENT_OLDEST = "SELECT number, created FROM Segment ORDER BY number LIMIT 1"
+_SEGMENT_TOTAL = "SELECT coalesce(sum(size), 0) FROM Segment"
+_SEGMENT_ALL = "SELECT number FROM Segment"
+_SEGMENT_DROP = "DELETE FROM Segment WHERE number = ?"
+# The layout before segments: small objects' rows with their bodies (moved at open).
+_FORMER_SMALL = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'Small'"
+_FORMER_ROWS = "SELECT key, record, body FROM Small ORDER BY stored LIMIT 256"
+_FORMER_DELETE = "DELETE FROM Small WHERE key = ?"
 # What the storage layers raise; each is mapped to DiskError at this module's boundary.
 STORAGE_ERRORS = (OSError, sqlite3.Error, diskcache.Timeout)
+# A hash with no location, for ``dict.get``'s default.
+_NOWHERE = Location(0, 0, 0)
 
 
 class DiskError(HarvestCacheError):
@@ -209,15 +238,26 @@ class Committed(NamedTuple):
 
 
 class DiskTier:
-    """Objects and Vary markers in a size-bounded diskcache.Cache (see the module docstring)."""
+    """Objects and Vary markers in a size-bounded diskcache.Cache and segment files (see the
+    module docstring)."""
 
     def __init__(
-        self, cache: diskcache.Cache, tmp: Path, lock_fd: int, held: set[int] | None = None
+        self,
+        cache: diskcache.Cache,
+        segments: Segments,
+        tmp: Path,
+        lock_fd: int,
+        segment_bytes: int,
     ) -> None:
         self._cache = cache
-        # Fingerprints of the keys stored (see "Membership"): changed under the lock, read
-        # from any thread (a set's look-up is atomic).
-        self._held: set[int] = held if held is not None else set()
+        self._segments = segments
+        self._segment_bytes = segment_bytes
+        self._active_size = 0  # bytes in this process's active segment
+        # Where each small object's entry lies, and fingerprints of the larger objects' keys
+        # (see "Membership"): changed under the lock, read from any thread (a dict's or a
+        # set's look-up is atomic).
+        self._logged: dict[int, Location] = {}
+        self._held: set[int] = set()
         self._tmp = tmp
         self._min_file_size = int(cache.disk.min_file_size)
         # Serialise mutations, so no cull or delete can run between a commit and its rename
@@ -245,8 +285,10 @@ class DiskTier:
         (each process spools in a directory of its own: workers share the tier)."""
         spools = directory / "tmp"
         tmp = spools / str(os.getpid())
+        segment_bytes = max(SEGMENT_MIN, min(SEGMENT_MAX, size_limit // 16))
         try:
             tmp.mkdir(parents=True, exist_ok=True)
+            (directory / "segments").mkdir(exist_ok=True)
             _remove_dead_spools(spools)
             lock_fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
             cache = diskcache.Cache(
@@ -263,21 +305,76 @@ class DiskTier:
                 sqlite_mmap_size=0,
                 sqlite_cache_size=SQLITE_CACHE_PAGES,
             )
-            for statement in _SMALL_SCHEMA:
+            for statement in _SCHEMA:
                 cache._sql(statement)
-            held = {hash(name[2:]) for (name,) in cache._sql(_ALL_RECORDS)}
-            held.update(hash(name) for (name,) in cache._sql(_SMALL_KEYS))
+            tier = cls(cache, Segments(directory / "segments"), tmp, lock_fd, segment_bytes)
+            with tier._mutating():
+                tier._open_segments()
+                tier._move_former_small()
+            tier._held = {hash(name[2:]) for (name,) in cache._sql(_ALL_RECORDS)}
+            tier._logged = {
+                hash(key): Location(segment, offset, length)
+                for key, segment, offset, length in cache._sql(_LOGGED_ALL)
+            }
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot open the disk tier in {directory}: {e}") from e
-        return cls(cache, tmp, lock_fd, held)
+        return tier
+
+    def _open_segments(self) -> None:
+        """Open the segments the tier has for reading; remove files without a row (a kill
+        before their first commit) and rows without a file."""
+        known = {number for (number,) in self._cache._sql(_SEGMENT_ALL)}
+        files = set(self._segments.existing())
+        for number in files - known:
+            self._segments.remove(number)
+        with self._cache.transact():
+            for number in known - files:
+                self._cache._sql(_LOGGED_DROP, (number,))
+                self._cache._sql(_SEGMENT_DROP, (number,))
+        for number in sorted(known & files):
+            self._segments.open_reader(number)
+
+    def _move_former_small(self) -> None:
+        """Move the objects of the layout before segments into them (a few hundred a
+        transaction, so a kill midway loses nothing)."""
+        cache = self._cache
+        if cache._sql(_FORMER_SMALL).fetchone() is None:
+            return
+        while rows := cache._sql(_FORMER_ROWS).fetchall():
+            with cache.transact():
+                self._logged.update(self._log([(k, r, b or b"") for k, r, b in rows]))
+                cache._con.executemany(_FORMER_DELETE, [(row[0],) for row in rows])
+        cache._sql("DROP TABLE Small")
 
     def may_hold(self, key: str) -> bool:
         """Whether ``key`` may have an object or marker here (False: certainly not); no I/O."""
-        return hash(key) in self._held
+        h = hash(key)
+        return h in self._logged or h in self._held
 
     def new_spool(self) -> Spool:
         """A spool for one body; no I/O until its first append."""
         return Spool(self._tmp / f"{uuid.uuid4().hex}.part")
+
+    def read_nowait(self, key: str) -> Found | None:
+        """The small object or marker under ``key`` if this process knows where it lies and
+        the page cache holds it all, checked; for the event loop, as it never waits on the
+        device. None says nothing: ``get`` in a thread tells (it may be there, or large)."""
+        where = self._logged.get(hash(key))
+        if where is None:
+            return None
+        data = self._segments.read_nowait(where)
+        if data is None:
+            return None
+        try:
+            record, body = unpack(data, key)
+            found = decode(record)
+        except (Damaged, CorruptRecord):
+            return None  # (``get`` reads it again, and drops it if it is damaged)
+        if isinstance(found, VaryMarker):
+            return found
+        if found.head.body_length != len(body):
+            return None
+        return StoredObject(found.head, body, "disk")
 
     def get(self, key: str, read_limit: int) -> Found | None:
         """The marker or object under ``key``, or None.
@@ -286,20 +383,23 @@ class DiskTier:
         ones as a FileBody the caller must close, after a length check.
         """
         try:
-            row = self._cache._sql(_SMALL_GET_WHOLE, (key,)).fetchone()
+            row = self._cache._sql(_LOGGED_GET, (key,)).fetchone()
             if row is not None:
-                small = decode(row[0])
+                record, body = unpack(self._segments.read(Location(*row)), key)
+                small = decode(record)
                 if isinstance(small, VaryMarker):
                     return small
-                return StoredObject(small.head, _checked(small, row[1] or b"", -1), "disk")
-            record = self._large_or_none(key, strict=True)
-            if not isinstance(record, ObjectRecord):
-                return record
-            body = self._cache.get(record.body_key, read=True)
+                if small.head.body_length != len(body):
+                    raise _DamagedBody(f"body of {len(body)} bytes, expected otherwise")
+                return StoredObject(small.head, body, "disk")
+            large = self._large_or_none(key, strict=True)
+            if not isinstance(large, ObjectRecord):
+                return large
+            body = self._cache.get(large.body_key, read=True)
             if body is None:  # evicted, or committed and not yet renamed into place
                 return None
-            return StoredObject(record.head, _checked(record, body, read_limit), "disk")
-        except (CorruptRecord, _DamagedBody) as e:
+            return StoredObject(large.head, _checked(large, body, read_limit), "disk")
+        except (CorruptRecord, _DamagedBody, Damaged) as e:
             with suppress(DiskError):
                 self.delete(key)
             raise DiskError(f"damaged object {key!r} removed: {e}") from e
@@ -321,7 +421,7 @@ class DiskTier:
             with self._mutating():
                 if spool is None:
                     assert isinstance(body, bytes)
-                    replaced = self._store(key, ObjectRecord(head, "", zlib.crc32(body)), body)
+                    replaced = self._store(key, ObjectRecord(head, "", 0), body)
                 else:
                     staged = _Staged(self._cache.disk.filename()[0], spool.size)
                     record = ObjectRecord(head, _new_body_key(), spool.crc32)
@@ -336,33 +436,32 @@ class DiskTier:
 
     @property
     def inline_limit(self) -> int:
-        """Bodies shorter than this are kept in Small, beside their records (``commit_many``
-        takes them)."""
+        """Bodies shorter than this are kept in segments (``commit_many`` takes them)."""
         return self._min_file_size
 
     def commit_many(self, objects: list[tuple[str, StoredHead, bytes]]) -> int:
-        """Store objects whose bodies are shorter than ``inline_limit``, in one transaction;
-        the rows evicted to make room. (Only this process writes behind, so the membership
-        tells which keys are new: for those the record replaced is not looked for.)"""
+        """Store objects whose bodies are shorter than ``inline_limit``, in one write and one
+        transaction; the objects evicted to make room. (A key whose object is large now
+        goes the long way, which drops that.)"""
         try:
-            with self._mutating(), self._cache.transact():
-                now = time.time()
-                new = []
-                for key, head, body in objects:
-                    assert len(body) < self._min_file_size, "only inline bodies are batched"
-                    record = ObjectRecord(head, "", zlib.crc32(body))
-                    if self.may_hold(key):
-                        self._store(key, record, body)
-                    else:  # (in order: a key twice in a batch keeps its last object)
-                        new.append((key, now, encode(record), body))
-                self._cache._con.executemany(_SMALL_PUT, new)
-                self._held.update(hash(key) for key, _, _, _ in new)
+            with self._mutating():
+                with self._cache.transact():
+                    batch = []
+                    for key, head, body in objects:
+                        assert len(body) < self._min_file_size, "only inline bodies are batched"
+                        record = ObjectRecord(head, "", 0)
+                        if hash(key) in self._held:
+                            self._store(key, record, body)
+                        else:  # (in order: a key twice in a batch keeps its last object)
+                            batch.append((key, encode(record), body))
+                    placed = self._log(batch)
+                self._logged.update(placed)
                 return self._cull()
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot store {len(objects)} objects: {e}") from e
 
     def put_marker(self, key: str, marker: VaryMarker) -> int:
-        """Store a Vary marker under ``key``; returns the number of rows evicted."""
+        """Store a Vary marker under ``key``; returns the number of objects evicted."""
         try:
             with self._mutating():
                 self._store(key, marker)
@@ -373,15 +472,24 @@ class DiskTier:
     def update_head(self, key: str, head: StoredHead) -> None:
         """Rewrite an object's record only; the body is unchanged, so its length is kept."""
         try:
-            with self._mutating(), self._cache.transact():
-                old, small = self._locate(key)
-                if isinstance(old, ObjectRecord):
-                    new_head = head.with_body_length(old.head.body_length)
-                    new = encode(ObjectRecord(new_head, old.body_key, old.body_crc32))
-                    if small:
-                        self._cache._sql(_SMALL_REWRITE, (time.time(), new, key))
-                    else:
-                        self._cache.set(_head_key(key), new)
+            with self._mutating():
+                placed = []
+                with self._cache.transact():
+                    old, small = self._locate(key)
+                    if isinstance(old, ObjectRecord):
+                        new_head = head.with_body_length(old.head.body_length)
+                        new = ObjectRecord(new_head, old.body_key, old.body_crc32)
+                        if small:
+                            body = self._logged_body(key)
+                            if body is not None:
+                                placed = self._log([(key, encode(new), body)])
+                        else:
+                            self._cache.set(_head_key(key), encode(new))
+                self._logged.update(placed)
+        except (Damaged, CorruptRecord) as e:
+            with suppress(DiskError):
+                self.delete(key)
+            raise DiskError(f"damaged object {key!r} removed: {e}") from e
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot update the head of {key!r}: {e}") from e
 
@@ -393,9 +501,10 @@ class DiskTier:
             raise DiskError(f"cannot delete {key!r}: {e}") from e
 
     def volume(self) -> int:
-        """Bytes the tier occupies, as diskcache bounds it: index pages plus body files."""
+        """Bytes the tier occupies, as its bound counts them: index pages, body files and
+        segments."""
         try:
-            return int(self._cache.volume())
+            return self._volume()
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot measure the disk tier: {e}") from e
 
@@ -409,7 +518,9 @@ class DiskTier:
         self._cache.close()
 
     def release(self) -> None:
-        """Let go of the file lock and this process's spool directory (after the last use)."""
+        """Let go of the file lock, the segments and this process's spool directory (after
+        the last use)."""
+        self._segments.close()
         os.close(self._lock_fd)
         shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -419,13 +530,14 @@ class DiskTier:
         self, key: str, record: ObjectRecord | VaryMarker, body: bytes | _Staged | None = None
     ) -> bool:
         """Put ``record`` under ``key`` with its ``body``: a marker (no body) or an object with
-        its body's bytes in Small, an object with its body file (``_Staged``) in diskcache;
-        dropping what the key held in either table; whether it held anything."""
+        its body's bytes in a segment, an object with its body file (``_Staged``) in
+        diskcache; dropping what the key held in either; whether it held anything."""
         cache = self._cache
+        placed = []
         with cache.transact():
             old, small = self._locate(key)
             if not isinstance(body, _Staged):
-                cache._sql(_SMALL_PUT, (key, time.time(), encode(record), body))
+                placed = self._log([(key, encode(record), body or b"")])
                 if old is not None and not small:
                     self._drop_large(key, old)
             else:
@@ -433,11 +545,56 @@ class DiskTier:
                 cache.set(record.body_key, body)
                 cache.set(_head_key(key), encode(record))
                 if small:
-                    cache._sql(_SMALL_DELETE, (key,))
+                    cache._sql(_LOGGED_DELETE, (key,))
                 elif isinstance(old, ObjectRecord):
                     cache.delete(old.body_key)
-        self._held.add(hash(key))
+        h = hash(key)
+        if placed:
+            self._logged.update(placed)
+            self._held.discard(h)
+        else:
+            self._logged.pop(h, None)
+            self._held.add(h)
         return old is not None
+
+    def _log(self, entries: list[tuple[str, bytes, bytes]]) -> list[tuple[int, Location]]:
+        """Append entries (key, record, body) to the active segment and their rows, within
+        the caller's transaction; where each now lies, for ``_logged`` once it commits."""
+        if not entries:
+            return []
+        packed = [pack(key, record, body) for key, record, body in entries]
+        number = self._segment_with_room()
+        locations = self._segments.append(packed)
+        self._active_size = locations[-1].offset + locations[-1].length
+        rows = [
+            (key, where.segment, where.offset, where.length, record)
+            for (key, record, _), where in zip(entries, locations, strict=True)
+        ]
+        self._cache._con.executemany(_LOGGED_PUT, rows)
+        self._cache._sql(_SEGMENT_GROW, (self._active_size, number))
+        return [(hash(row[0]), where) for row, where in zip(rows, locations, strict=True)]
+
+    def _segment_with_room(self) -> int:
+        """The segment to append to: this process's active one, unless it is full or was
+        culled (by another process too), else a new one."""
+        number = self._segments.active
+        if number is not None:
+            row = self._cache._sql(_SEGMENT_SIZE, (number,)).fetchone()
+            if row is not None and self._active_size < self._segment_bytes:
+                return number
+        # (now and then: what other processes culled is let go of)
+        self._segments.prune({number for (number,) in self._cache._sql(_SEGMENT_ALL)})
+        number = int(self._cache._con.execute(_SEGMENT_NEW, (time.time(),)).lastrowid)
+        self._segments.start(number)
+        self._active_size = 0
+        return number
+
+    def _logged_body(self, key: str) -> bytes | None:
+        """The body of ``key``'s entry in a segment (None: it has none)."""
+        row = self._cache._sql(_LOGGED_GET, (key,)).fetchone()
+        if row is None:
+            return None
+        return unpack(self._segments.read(Location(*row)), key)[1]
 
     def _drop_large(self, key: str, old: ObjectRecord | VaryMarker) -> None:
         """Remove ``key``'s diskcache record ``old`` and the body it names."""
@@ -457,38 +614,58 @@ class DiskTier:
 
     def _delete(self, key: str) -> None:
         with self._cache.transact():
-            self._cache._sql(_SMALL_DELETE, (key,))
+            self._cache._sql(_LOGGED_DELETE, (key,))
             old = self._large_or_none(key)
             self._cache.delete(_head_key(key))
             if isinstance(old, ObjectRecord):
                 self._cache.delete(old.body_key)
-        self._held.discard(hash(key))
+        h = hash(key)
+        self._logged.pop(h, None)
+        self._held.discard(h)
+
+    def _volume(self) -> int:
+        segments = self._cache._sql(_SEGMENT_TOTAL).fetchone()[0]
+        return int(self._cache.volume()) + int(segments)
 
     def _cull(self) -> int:
-        """Remove the oldest rows until the tier is within its bound; the rows removed."""
+        """Remove the oldest objects until the tier is within its bound: diskcache's rows
+        ten at a time, or a whole segment, whichever is older; the objects removed."""
         cache = self._cache
         evicted = 0
-        while cache.volume() > cache.size_limit:
-            with cache._transact() as (sql, remove_file):
-                large = sql(_OLDEST).fetchall()
-                small = sql(_SMALL_OLDEST).fetchall()
-                oldest = sorted([(row[0], 1, row) for row in large] + [(r[0], 0, r) for r in small])
-                if not oldest:
-                    break
-                gone_large = [row for _, kind, row in oldest[:10] if kind]
-                gone_small = [row for _, kind, row in oldest[:10] if not kind]
-                for table, rows in (("Cache", gone_large), ("Small", gone_small)):
-                    if rows:
-                        marks = ",".join("?" * len(rows))
-                        sql(f"DELETE FROM {table} WHERE rowid IN ({marks})", [r[1] for r in rows])
-                for _, _, name, filename in gone_large:
-                    remove_file(filename)  # (after the commit; None for an inline body)
-                    if isinstance(name, str) and name.startswith("h:"):
-                        self._held.discard(hash(name[2:]))
-                for _, _, name in gone_small:
-                    self._held.discard(hash(name))
-            evicted += len(gone_large) + len(gone_small)
+        while self._volume() > cache.size_limit:
+            large = cache._sql(_OLDEST).fetchall()
+            segment = cache._sql(_SEGMENT_OLDEST).fetchone()
+            if segment is not None and (not large or segment[1] <= large[0][0]):
+                evicted += self._drop_segment(segment[0])
+            elif large:
+                evicted += self._drop_large_rows(large)
+            else:
+                break
         return evicted
+
+    def _drop_segment(self, number: int) -> int:
+        """Remove segment ``number`` and the objects whose entries lie there."""
+        with self._cache.transact():
+            keys = [key for (key,) in self._cache._sql(_LOGGED_IN, (number,))]
+            self._cache._sql(_LOGGED_DROP, (number,))
+            self._cache._sql(_SEGMENT_DROP, (number,))
+        for key in keys:
+            h = hash(key)
+            if self._logged.get(h, _NOWHERE).segment == number:
+                del self._logged[h]
+        self._segments.remove(number)
+        return len(keys)
+
+    def _drop_large_rows(self, rows: list[Any]) -> int:
+        """Remove diskcache rows (store time, rowid, key, file name) and their files."""
+        with self._cache._transact() as (sql, remove_file):
+            marks = ",".join("?" * len(rows))
+            sql(f"DELETE FROM Cache WHERE rowid IN ({marks})", [row[1] for row in rows])
+            for _, _, name, filename in rows:
+                remove_file(filename)  # (after the commit; None for an inline body)
+                if isinstance(name, str) and name.startswith("h:"):
+                    self._held.discard(hash(name[2:]))
+        return len(rows)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -496,7 +673,7 @@ class DiskTier:
         """The heads of all stored objects (unreadable records are left out)."""
         out = []
         try:
-            for (raw,) in self._cache._sql(_SMALL_RECORDS).fetchall():
+            for (raw,) in self._cache._sql(_LOGGED_RECORDS).fetchall():
                 with suppress(CorruptRecord):
                     small = decode(raw)
                     if isinstance(small, ObjectRecord):
@@ -511,9 +688,9 @@ class DiskTier:
         return out
 
     def _locate(self, key: str) -> tuple[ObjectRecord | VaryMarker | None, bool]:
-        """The record ``key`` holds, and whether it is in Small (a damaged one counts as
-        absent, since it goes anyway)."""
-        row = self._cache._sql(_SMALL_GET, (key,)).fetchone()
+        """The record ``key`` holds, and whether it lies in a segment (a damaged one counts
+        as absent, since it goes anyway)."""
+        row = self._cache._sql(_LOGGED_RECORD, (key,)).fetchone()
         if row is not None:
             try:
                 return decode(row[0]), True

@@ -4,7 +4,9 @@ The memory tier is read and written on the event loop; disk-tier reads run in an
 the store owns, and every change runs on the disk tier's one writer thread (store.writer), in
 the order asked. Small objects are written to both tiers, the disk tier's copy (and a
 revalidated head) behind the request, a single process only: workers sharing the tier are
-told of a change once it is there. A small object found on disk is promoted to memory. The
+told of a change once it is there. A small object found on disk is promoted to memory; one
+the page cache holds is read on the loop without waiting (``DiskTier.read_nowait``), the
+others in the executor. The
 disk tier's membership answers, without I/O, whether a key may be there: a memory miss for
 a key it does not hold is a miss at once (the memory view's ``on_disk``). Disk
 failures never reach the caller: a failed read is a miss (counted in ``read_failures``, the
@@ -149,6 +151,12 @@ class TieredStore:
         found = self.memory.get(key)
         if found is not None or self._disk is None or not self._on_disk(key):
             return found
+        if self._sharers is None and not self._written_behind(key):
+            # (what this process stored itself, still in the page cache: no thread)
+            found = self._disk.read_nowait(key)
+            if found is not None:
+                self._promote(key, found)
+                return found
         self._reading[key] = self._reading.get(key, 0) + 1
         try:
             if self._written_behind(key):

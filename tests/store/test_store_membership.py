@@ -13,7 +13,7 @@ from harvest_cache.store.disk import DiskTier
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.store.tiered import TieredStore, open_store
-from tests.store.test_store_small import Tier
+from tests.store.test_store_segments import Tier
 from tests.store.test_store_tiered import body_of, head_for, payload, put
 from tests.store.test_store_writer import Held, on_disk, writer_of
 
@@ -53,13 +53,18 @@ async def test_a_miss_for_a_key_the_tier_does_not_hold_reads_nothing(
     store: TieredStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[str] = []
-    read = DiskTier.get
+    read, read_nowait = DiskTier.get, DiskTier.read_nowait
 
     def counted(tier: DiskTier, key: str, limit: int) -> object:
         reads.append(key)
         return read(tier, key, limit)
 
+    def counted_nowait(tier: DiskTier, key: str) -> object:
+        reads.append(key)
+        return read_nowait(tier, key)
+
     monkeypatch.setattr(DiskTier, "get", counted)
+    monkeypatch.setattr(DiskTier, "read_nowait", counted_nowait)
     assert await store.get("absent") is None
     assert reads == []
     await put(store, "there", payload(KIB))

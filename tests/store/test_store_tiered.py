@@ -403,10 +403,15 @@ async def test_flipped_byte_in_a_small_body_fails_its_checksum(cfg: CacheConfig)
 
 
 def _damage_record(directory: Path, key: str) -> None:
-    """Damage the record of ``key``, a small object (its row in the Small table)."""
-    with contextlib.closing(sqlite3.connect(directory / "objects" / "cache.db")) as db, db:
-        changed = db.execute("UPDATE Small SET record = ? WHERE key = ?", (b"\x01I[no", key))
-        assert changed.rowcount == 1
+    """Damage the record of ``key``, a small object (in its segment entry)."""
+    with contextlib.closing(sqlite3.connect(directory / "objects" / "cache.db")) as db:
+        segment, offset = db.execute(
+            "SELECT segment, offset FROM Logged WHERE key = ?", (key,)
+        ).fetchone()
+    path = directory / "segments" / f"{segment:08d}"
+    data = bytearray(path.read_bytes())
+    data[offset + 20 + len(key) + 3] ^= 0xFF  # (past the header and key: in the record)
+    path.write_bytes(bytes(data))
 
 
 async def test_damaged_record_is_a_counted_miss(cfg: CacheConfig) -> None:

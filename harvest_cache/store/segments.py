@@ -1,0 +1,194 @@
+"""Small objects' bytes in append-only segment files, read from the page cache without a thread.
+
+The disk tier keeps each small object (and Vary marker) as one *entry* appended to the newest
+of its segment files, ``segments/NNNNNNNN`` under its directory::
+
+    header   20 bytes, little-endian: b"HSE1", the CRC-32 of the rest of the entry, and the
+             lengths of the key, the record and the body (4 bytes each)
+    key      UTF-8
+    record   codec.encode's bytes: the head (or the marker)
+    body
+
+An entry is written once and never changed: a newer object, head or deletion of its key only
+makes the index point elsewhere, and the bytes go with their segment, the oldest first, when
+the tier culls. The CRC covers key, record and body, so a read checks all of it; the key in
+the entry tells a read that its index entry was for another key.
+
+Reads come two ways. ``read_nowait`` is for the event loop: ``preadv2`` with ``RWF_NOWAIT``
+returns the bytes only if the kernel has them all in its page cache, never waiting for the
+device; otherwise it returns None and the caller reads in a thread with ``read``. That makes a
+disk hit on a warm disk tier a copy from the page cache, without the hop to a thread and back
+that costs several times the copy.
+
+Segments are created and removed under the tier's lock; reading file descriptors are opened
+once per segment and kept. A removed segment's descriptor is closed only at the next removal,
+so a read that found its location just before is not left with a closed (or reused) number;
+the entry's key and CRC catch the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import zlib
+from pathlib import Path
+from typing import NamedTuple
+
+MAGIC = b"HSE1"
+HEADER = struct.Struct("<4sIIII")
+
+
+class Damaged(Exception):
+    """An entry that is not the one asked for: bad magic, CRC or lengths, or another key."""
+
+
+class Location(NamedTuple):
+    """Where an entry lies: ``length`` bytes of segment ``segment`` from ``offset``."""
+
+    segment: int
+    offset: int
+    length: int
+
+
+def pack(key: str, record: bytes, body: bytes) -> bytes:
+    """One entry's bytes."""
+    name = key.encode()
+    crc = zlib.crc32(body, zlib.crc32(record, zlib.crc32(name)))
+    return HEADER.pack(MAGIC, crc, len(name), len(record), len(body)) + name + record + body
+
+
+def unpack(data: bytes, key: str) -> tuple[bytes, bytes]:
+    """(record, body) of the entry ``data`` for ``key``; Damaged if it is not that."""
+    if len(data) < HEADER.size:
+        raise Damaged(f"entry of {len(data)} bytes")
+    magic, crc, key_length, record_length, body_length = HEADER.unpack_from(data)
+    end = HEADER.size + key_length + record_length + body_length
+    if magic != MAGIC or end != len(data):
+        raise Damaged("not an entry, or not of its recorded length")
+    view = memoryview(data)
+    if zlib.crc32(view[HEADER.size :]) != crc:
+        raise Damaged("entry fails its CRC")
+    at = HEADER.size + key_length
+    if view[HEADER.size : at] != key.encode():
+        raise Damaged("entry of another key")
+    return bytes(view[at : at + record_length]), bytes(view[at + record_length :])
+
+
+class Segments:
+    """The segment files of one disk tier. ``append`` and ``remove`` run under the tier's
+    lock (its writer); ``read`` in any thread; ``read_nowait`` on the event loop."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._readers: dict[int, int] = {}
+        self._retired: list[int] = []
+        self._opening = threading.Lock()
+        self._active: tuple[int, int] | None = None  # (number, descriptor to append to)
+
+    def path(self, number: int) -> Path:
+        return self.directory / f"{number:08d}"
+
+    def existing(self) -> list[int]:
+        """The numbers of the segment files there are."""
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+
+    @property
+    def active(self) -> int | None:
+        return None if self._active is None else self._active[0]
+
+    def start(self, number: int) -> None:
+        """Append from now on to a new segment ``number``."""
+        self.finish()
+        path = self.path(number)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        self._active = (number, fd)
+        self.open_reader(number)
+
+    def open_reader(self, number: int) -> None:
+        """Open segment ``number`` for reading (before the event loop reads it)."""
+        self._reader(number)
+
+    def finish(self) -> None:
+        """Stop appending to the active segment (it stays readable)."""
+        if self._active is not None:
+            os.close(self._active[1])
+            self._active = None
+
+    def append(self, entries: list[bytes]) -> list[Location]:
+        """Write ``entries`` at the end of the active segment. If that fails, the segment is
+        finished: what follows goes to a new one, never after bytes of unknown length."""
+        assert self._active is not None, "a segment is started before the first append"
+        number, fd = self._active
+        data = b"".join(entries)
+        view = memoryview(data)
+        try:
+            offset = os.fstat(fd).st_size
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        except OSError:
+            self.finish()
+            raise
+        out = []
+        for entry in entries:
+            out.append(Location(number, offset, len(entry)))
+            offset += len(entry)
+        return out
+
+    def read(self, where: Location) -> bytes:
+        """The entry at ``where`` (may wait for the device); OSError if it cannot be read."""
+        data = os.pread(self._reader(where.segment), where.length, where.offset)
+        if len(data) != where.length:
+            raise Damaged(f"segment {where.segment} ends within an entry")
+        return data
+
+    def read_nowait(self, where: Location) -> bytes | None:
+        """The entry at ``where`` if the page cache holds all of it, else None."""
+        fd = self._readers.get(where.segment)
+        if fd is None:
+            return None  # (another process's segment, not opened yet: for a thread)
+        buffer = bytearray(where.length)
+        try:
+            got = os.preadv(fd, [buffer], where.offset, os.RWF_NOWAIT)
+        except OSError:
+            return None  # (EAGAIN: not all cached; anything else: ``read`` will say)
+        return bytes(buffer) if got == where.length else None
+
+    def remove(self, number: int) -> None:
+        """Delete segment ``number``'s file (its descriptor is closed at the next removal)."""
+        if self.active == number:
+            self.finish()
+        for fd in self._retired:
+            os.close(fd)
+        self._retired = []
+        if number in self._readers:
+            self._retired.append(self._readers.pop(number))
+        self.path(number).unlink(missing_ok=True)
+
+    def prune(self, known: set[int]) -> None:
+        """Let go of the descriptors of segments not in ``known`` (removed by another
+        process sharing the tier: the file's space is freed once nothing holds it open);
+        closed at the next prune or removal, as ``remove``'s are."""
+        for fd in self._retired:
+            os.close(fd)
+        gone = [number for number in self._readers if number not in known]
+        self._retired = [self._readers.pop(number) for number in gone]
+
+    def close(self) -> None:
+        self.finish()
+        for fd in [*self._readers.values(), *self._retired]:
+            os.close(fd)
+        self._readers.clear()
+        self._retired = []
+
+    def _reader(self, number: int) -> int:
+        fd = self._readers.get(number)
+        if fd is not None:
+            return fd
+        with self._opening:
+            fd = self._readers.get(number)
+            if fd is None:
+                fd = os.open(self.path(number), os.O_RDONLY)
+                self._readers[number] = fd
+            return fd
