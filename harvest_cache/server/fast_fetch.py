@@ -38,7 +38,7 @@ from typing import TypeAlias, cast
 
 from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError, UpstreamProtocolError, UpstreamReset
-from harvest_cache.http.cache_control import parse_cache_control
+from harvest_cache.http.cache_control import DEFAULT as NO_DIRECTIVES
 from harvest_cache.http.cache_status import cache_status, ttl_parts, with_ttl
 from harvest_cache.http.decision import (
     Asked,
@@ -78,7 +78,6 @@ from harvest_common.tasks import TaskSet
 # Largest body this path takes: it is held whole until it is complete.
 SMALL_BODY = 64 * 1024
 # Requests on this path carry no Cache-Control or Pragma (those keep them off it).
-_NO_DIRECTIVES = parse_cache_control(())
 # Fields of the response that the cache sets itself for the client: on a fetched response,
 # and on one served from the store (which gets its own Age). (Cache-Status is not among them:
 # ours is added after the members of caches nearer the origin.)
@@ -887,7 +886,7 @@ class FastFetch:
         )
         flight.finish()
         now = time.time()
-        reuse = evaluate(fresh, _NO_DIRECTIVES, now, path.heuristics.for_url(key))
+        reuse = evaluate(fresh, NO_DIRECTIVES, now, path.heuristics.for_url(key))
         value = cache_status(
             path.name, hit=False, fwd="stale", fwd_status=304, ttl=reuse.ttl, key=path.key_for(key)
         )

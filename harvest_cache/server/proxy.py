@@ -17,6 +17,7 @@ from harvest_cache.errors import NoRoute, RequestError, UpstreamError
 from harvest_cache.hierarchy.digests import CONTENT_TYPE, DIGEST_PATH, Digests
 from harvest_cache.hierarchy.route import Hop
 from harvest_cache.http import conditional, forwarding, partial
+from harvest_cache.http.cache_control import DEFAULT as NO_DIRECTIVES
 from harvest_cache.http.cache_control import parse_cache_control
 from harvest_cache.http.cache_status import cache_status
 from harvest_cache.http.dates import format_http_date
@@ -48,6 +49,7 @@ from harvest_cache.http.freshness import (
 from harvest_cache.http.headers import Headers
 from harvest_cache.http.partial import FromParts
 from harvest_cache.http.policy import (
+    Fresh,
     StoreDecision,
     evaluate,
     request_directives,
@@ -272,8 +274,42 @@ class Proxy:
             return Answered.NO
         if not self.access.port_allowed(origin.port) or self._refuses_host(client_ip, origin.host):
             return Answered.NO
+        if self._disk_hit(conn, target, origin.url, keep_alive, version, now):
+            return Answered.HIT
         req = Request("GET", raw, version, Headers.from_raw(fields), keep_alive, time.monotonic())
         return Answered.FETCH if fast.fetch(conn, req, origin) else Answered.NO
+
+    def _disk_hit(
+        self,
+        conn: ClientConnection,
+        target: bytes,
+        key: str,
+        keep_alive: bool,
+        version: str,
+        now: float,
+    ) -> bool:
+        """Answer a plain GET for a fresh object the disk tier holds and the page cache has
+        (read without waiting, promoted), as a prepared hit; False if it is not one."""
+        memory = self._memory
+        if not memory.on_disk(key) or memory.peek(key) is not None:
+            return False
+        found = memory.read_disk(key)
+        if not isinstance(found, StoredObject):
+            return False  # (a Vary marker, or not to be had without waiting)
+        reuse = evaluate(found.head, NO_DIRECTIVES, now, self.heuristics.for_url(key))
+        if not isinstance(reuse, Fresh):
+            return False
+        entry = self._hot.add(target, key, found, reuse.age, reuse.ttl, now, copy_pages=False)
+        if entry is None:
+            return False
+        answer = self._hot.head(entry, now, not keep_alive, version == "1.0")
+        conn.write_response(answer, entry.body)
+        size = len(answer) + len(entry.body)
+        self._traffic.ended("GET", "TCP_HIT", found.head.status, size, 0.0, "HIER_NONE", False)
+        if self._log.enabled:
+            line = self._hot.log_line(entry, now, conn.client_bytes, size, False, b"TCP_HIT")
+            self._log.write(line)
+        return True
 
     def _admits(self, client_ip: str, target: bytes) -> bool:
         """Whether a fast path may answer the client at ``client_ip`` for ``target`` (others
@@ -640,7 +676,7 @@ class Proxy:
                         await self._forward(req, target, conn, tx, reply, "TCP_SWAPFAIL_MISS")
                         return
                     heuristic = self.heuristics.for_url(target.url)
-                    reuse = evaluate(found.head, parse_cache_control(()), time.time(), heuristic)
+                    reuse = evaluate(found.head, NO_DIRECTIVES, time.time(), heuristic)
                     await self._serve_stored(
                         req, found, reuse.age, reuse.ttl, reply, fwd, 304, key=key
                     )

@@ -73,6 +73,10 @@ class MemoryView:
     # Whether the disk tier may hold a key: False means a memory miss is a miss (always,
     # without a disk tier).
     on_disk: Callable[[str], bool]
+    # The disk tier's small object or marker under a key, promoted into the memory tier (the
+    # memory tier's copy, if it took it), if it can be had without waiting for the device;
+    # None says nothing (``ObjectStore.get`` tells).
+    read_disk: Callable[[str], Found | None]
     has_disk: bool
     # The largest body ``put`` stores, in bytes (-1: none). Without a disk tier the store's
     # largest object (``put`` drops the key's copy for a larger one).

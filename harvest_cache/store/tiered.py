@@ -107,6 +107,7 @@ class TieredStore:
             self._put_now,
             self._refresh_head,
             on_disk,
+            _nothing_read if disk is None else self._read_nowait,
             disk is not None,
             max_object if disk is None else min(max_object, disk.inline_limit - 1),
         )
@@ -151,12 +152,12 @@ class TieredStore:
         found = self.memory.get(key)
         if found is not None or self._disk is None or not self._on_disk(key):
             return found
-        if self._sharers is None and not self._written_behind(key):
+        if self._reads_nowait(key):
             # (what this process stored itself, still in the page cache: no thread)
             found = self._disk.read_nowait(key)
             if found is not None:
                 self._promote(key, found)
-                return found
+                return found  # (the disk tier's: its hit is logged as one)
         self._reading[key] = self._reading.get(key, 0) + 1
         try:
             if self._written_behind(key):
@@ -210,6 +211,18 @@ class TieredStore:
             self.memory.bypass(key)
         self._tell(key)
         return True
+
+    def _reads_nowait(self, key: str) -> bool:
+        """Whether the disk tier's ``read_nowait`` may answer for ``key``: it knows where
+        only what this process stored, and the newest of that once written."""
+        return self._sharers is None and not self._written_behind(key)
+
+    def _read_nowait(self, key: str) -> Found | None:
+        """(MemoryView.read_disk) ``read_nowait``'s object, promoted."""
+        if self._disk is None or not self._reads_nowait(key):
+            return None
+        found = self._disk.read_nowait(key)
+        return None if found is None else self._promote(key, found)
 
     def _on_disk(self, key: str) -> bool:
         if self._sharers is not None:
@@ -395,12 +408,17 @@ class TieredStore:
             self._disk_evictions += done
         return done
 
-    def _promote(self, key: str, found: Found) -> None:
+    def _promote(self, key: str, found: Found) -> Found:
+        """Put what the disk tier held into the memory tier if it admits it; ``found`` as
+        the memory tier holds it then (a disk-tier object if it did not take it)."""
         if isinstance(found, VaryMarker):
             if self.memory.admits(0):
                 self.memory.put(key, found)
         elif isinstance(found.body, bytes) and self.memory.admits(found.head.body_length):
-            self.memory.put(key, StoredObject(found.head, found.body, "memory"))
+            promoted = StoredObject(found.head, found.body, "memory")
+            self.memory.put(key, promoted)
+            return promoted
+        return found
 
     def _changing(self, key: str) -> None:
         if key in self._reading:
@@ -426,6 +444,10 @@ class Sharers(Protocol):
     async def deleted(self, key: str) -> None:
         """``key`` is deleted, or replaced by an object the others must not serve an older
         copy of: return once they hold no copy of it."""
+
+
+def _nothing_read(key: str) -> None:
+    return None
 
 
 def _close_unclaimed(future: asyncio.Future[Found | None]) -> None:

@@ -1,7 +1,8 @@
 """The hit fast path: fresh memory-tier objects answered straight from the parser callback.
 
 Plain GETs (no Cache-Control, conditionals, Range, credentials or Via) for an object already
-served once as a memory hit are answered from a response head prepared at that time, with
+served once as a memory hit (or read from the disk tier on the fast path, and promoted) are
+answered from a response head prepared at that time, with
 only Age and Cache-Status written per request. An entry stays valid while the memory tier
 still holds that very object (an identity check), so replacement, revalidation, invalidation
 and eviction all retire it without any hook; its freshness deadline is fixed when it is made
@@ -79,9 +80,14 @@ class HotIndex:
         age: float,
         ttl: float,
         now: float,
-    ) -> None:
+        *,
+        copy_pages: bool = True,
+    ) -> HotEntry | None:
+        """Prepare ``obj``'s hits for requests for ``target``; the entry (None: it cannot
+        be, a body on disk or too big, or stale within a second). ``copy_pages``: the body
+        may go into a memory file for sendfile (not for an entry likely used once)."""
         if not isinstance(obj.body, bytes) or ttl < 1:
-            return
+            return None
         headers = Headers(obj.head.headers)
         # (Cache-Status stays: ours follows the members of caches nearer the origin.)
         headers.remove("Age", "Content-Length", "Connection")
@@ -91,7 +97,7 @@ class HotIndex:
         self._forget(target)
         size = len(obj.body)
         if size > self.max_bytes:
-            return
+            return None
         entries = self._entries
         while len(entries) >= _MAX_ENTRIES or self.bytes + size > self.max_bytes:
             # Forget the oldest; entries are cheap to remake on the next memory hit.
@@ -101,7 +107,7 @@ class HotIndex:
         key_param = b""
         if self._status_keys and key.isascii() and key.isprintable():
             key_param = f"; key={string_item(key)}".encode()  # as cache_status() has it
-        self._entries[target] = HotEntry(
+        entry = self._entries[target] = HotEntry(
             key,
             obj,
             prefix,
@@ -111,8 +117,9 @@ class HotIndex:
             line_tail("GET", key, content_type=content_type),
             line_tail("HEAD", key, content_type=content_type),
             key_param,
-            pages=self._pages.copy(obj.body) if self._pages is not None else None,
+            pages=self._pages.copy(obj.body) if self._pages is not None and copy_pages else None,
         )
+        return entry
 
     def lookup(self, target: bytes, now: float) -> HotEntry | None:
         entry = self._entries.get(target)
@@ -146,18 +153,26 @@ class HotIndex:
         return head
 
     def log_line(
-        self, entry: HotEntry, now: float, client: bytes, size: int, head_only: bool
+        self,
+        entry: HotEntry,
+        now: float,
+        client: bytes,
+        size: int,
+        head_only: bool,
+        result: bytes = b"TCP_MEM_HIT",
     ) -> bytes:
-        """The access-log line of one hit, ``size`` bytes sent."""
+        """The access-log line of one hit, ``size`` bytes sent (kept for the next ones of
+        its client and size, unless ``result`` says it was read from disk)."""
         key = (client, size, head_only)
-        rest = entry.log_rests.get(key)
+        rest = entry.log_rests.get(key) if result == b"TCP_MEM_HIT" else None
         if rest is None:
-            if len(entry.log_rests) >= _MAX_LINES:
-                entry.log_rests.clear()
             status = entry.obj.head.status
-            rest = line_rest(0, client, b"TCP_MEM_HIT", status, size, False)
+            rest = line_rest(0, client, result, status, size, False)
             rest += entry.head_tail if head_only else entry.get_tail
-            entry.log_rests[key] = rest
+            if result == b"TCP_MEM_HIT":
+                if len(entry.log_rests) >= _MAX_LINES:
+                    entry.log_rests.clear()
+                entry.log_rests[key] = rest
         return time_field(now) + rest
 
     def clear(self) -> None:

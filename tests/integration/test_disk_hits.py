@@ -1,0 +1,90 @@
+"""Disk hits answered on the fast path are the general path's answers.
+
+Two caches with disk tiers, alike but for their way in (the second's ``try_answer`` answers
+nothing, so every request is handled by ``Proxy.handle``). Each object is fetched through
+both, written to disk, and dropped from the memory tiers; the next request finds it only on
+disk. The fast cache reads it on the event loop (the page cache holds it) and answers it as a
+prepared hit; the answers must match in status, fields (Date and Age aside), body and log
+code, for fresh objects and for those that must be revalidated or vary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from harvest_cache.server.app import CacheServer
+from harvest_cache.server.connection import Answered
+from tests.integration.test_prepared_equivalence import ask, comparable
+from tests.support import MakeCache, Origin, open_proxy, stop_and_read_log
+
+RESPONSES = {
+    "fresh": {"Cache-Control": "max-age=600", "ETag": '"f"'},
+    "heuristic": {"Last-Modified": "Sat, 01 Jan 2022 00:00:00 GMT"},
+    "stale": {"Cache-Control": "max-age=0", "ETag": '"s"'},
+    "no-cache": {"Cache-Control": "no-cache", "ETag": '"n"'},
+    "varies": {"Cache-Control": "max-age=600", "Vary": "Accept-Language"},
+}
+
+
+async def caches(make_cache: MakeCache, tmp_path: Path) -> tuple[CacheServer, CacheServer]:
+    made = []
+    for name in ("fast", "general"):
+        log = {"access_log": str(tmp_path / f"{name}.log")}
+        made.append(await make_cache(cache={"dir": str(tmp_path / name)}, log=log))
+    fast, general = made
+    assert general.proxy is not None
+    general.proxy.try_answer = lambda conn, head, parsed: Answered.NO  # type: ignore[method-assign]
+    return fast, general
+
+
+async def drop_from_memory(cache: CacheServer) -> None:
+    """Leave every object on disk only."""
+    await cache.store.flush()
+    for key in list(cache.store.memory._entries):
+        cache.store.memory.delete(key)
+
+
+@pytest.mark.parametrize("kind", list(RESPONSES))
+async def test_a_disk_hit_on_the_fast_path_is_the_general_paths(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path, kind: str
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        etag = RESPONSES[kind].get("ETag")
+        if etag is not None and request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304, headers=RESPONSES[kind])
+        return web.Response(body=b"x" * 5000, headers=RESPONSES[kind])
+
+    origin.route("/d", handler)
+    url = origin.url("/d")
+    fast, general = await caches(make_cache, tmp_path)
+    fields = (("Accept-Language", "en"),)
+    connections = [await open_proxy(cache.address[1]) for cache in (fast, general)]
+    try:
+        for reader, writer in connections:
+            await ask(reader, writer, "GET", url, fields)
+        for cache in (fast, general):
+            await drop_from_memory(cache)
+        prepared = []
+        for _ in range(2):  # from disk, then (promoted) from memory
+            answers = [await ask(r, w, "GET", url, fields) for r, w in connections]
+            assert comparable(answers[0]) == comparable(answers[1])
+            assert answers[0].body == b"x" * 5000
+            prepared.append(
+                [cache.proxy.hot_entries if cache.proxy else -1 for cache in (fast, general)]
+            )
+    finally:
+        for _, writer in connections:
+            writer.close()
+    fast_log, general_log = await stop_and_read_log(fast), await stop_and_read_log(general)
+    codes = [(line.result, line.status) for line in fast_log]
+    assert codes == [(line.result, line.status) for line in general_log]
+    if kind in ("fresh", "heuristic"):
+        assert codes == [("TCP_MISS", 200), ("TCP_HIT", 200), ("TCP_MEM_HIT", 200)]
+        # The disk hit was answered on the fast path, and prepared (the general path
+        # prepares only memory hits: the second answer).
+        assert prepared == [[1, 0], [1, 1]]
+    else:
+        assert prepared == [[0, 0], [0, 0]]
