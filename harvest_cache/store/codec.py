@@ -1,15 +1,21 @@
 """The disk tier's record format: a stored head (with its body's reference) or a Vary marker.
 
-A record is one format byte, one kind byte and a compact UTF-8 JSON array. JSON keeps it
-safe to decode (no pickle: a damaged or hostile file can only fail to parse) and readable
-with ``sqlite3``; the format byte lets a later version change the layout and still read or
-reject old records. Field order is fixed by position, so a record carries no key names.
+A record is one format byte, one kind byte and its fields by position, so it carries no key
+names. Format 2, written now, is UTF-8 text with the fields separated by NUL, which no URL
+or field line can hold (a lone surrogate, from an undecodable header byte, is kept as is):
+splitting it is a fraction of parsing JSON, and a disk hit decodes one record. Format 1 is a
+compact JSON array, still read (and written for a record whose text holds a NUL after all).
+Neither can do more than fail to parse on damaged or hostile bytes (no pickle); the format
+byte lets a later version change the layout and still read or reject old records.
 
 ::
 
-    object:  0x01 'O' [url, status, reason, [[name, value], ...], request_time,
-                       response_time, body_length, vary_key, body_key, body_crc32]
-    marker:  0x01 'M' [url, [name, ...], generation]
+    object, 2:  0x02 'O' url NUL status NUL reason NUL request_time NUL response_time
+                NUL body_length NUL vary_key NUL body_key NUL body_crc32 (NUL name NUL value)*
+    marker, 2:  0x02 'M' url NUL generation (NUL name)*
+    object, 1:  0x01 'O' [url, status, reason, [[name, value], ...], request_time,
+                          response_time, body_length, vary_key, body_key, body_crc32]
+    marker, 1:  0x01 'M' [url, [name, ...], generation]
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.fields import shared_fields
 
-FORMAT = 1
+FORMAT = 2
+_JSON_FORMAT = 1
 _OBJECT = ord("O")
 _MARKER = ord("M")
 
@@ -46,6 +53,32 @@ class ObjectRecord:
 
 def encode(record: ObjectRecord | VaryMarker) -> bytes:
     if isinstance(record, VaryMarker):
+        texts = [record.url, record.generation, *record.names]
+        kind = _MARKER
+    else:
+        h = record.head
+        texts = [
+            h.url,
+            str(h.status),
+            h.reason,
+            repr(h.request_time),
+            repr(h.response_time),
+            str(h.body_length),
+            h.vary_key,
+            record.body_key,
+            str(record.body_crc32),
+        ]
+        for name, value in h.headers:
+            texts += (name, value)
+        kind = _OBJECT
+    text = "\0".join(texts)
+    if text.count("\0") != len(texts) - 1:
+        return _encode_json(record)
+    return bytes((FORMAT, kind)) + text.encode("utf-8", "surrogatepass")
+
+
+def _encode_json(record: ObjectRecord | VaryMarker) -> bytes:
+    if isinstance(record, VaryMarker):
         kind = _MARKER
         fields: list[Any] = [record.url, list(record.names), record.generation]
     else:
@@ -64,12 +97,22 @@ def encode(record: ObjectRecord | VaryMarker) -> bytes:
             record.body_crc32,
         ]
     # ensure_ascii keeps lone surrogates (undecodable header bytes) encodable.
-    return bytes((FORMAT, kind)) + json.dumps(fields, separators=(",", ":")).encode("ascii")
+    return bytes((_JSON_FORMAT, kind)) + json.dumps(fields, separators=(",", ":")).encode("ascii")
 
 
 def decode(data: bytes) -> ObjectRecord | VaryMarker:
     """Parse a record, raising CorruptRecord for anything that is not one this module wrote."""
-    if len(data) < 2 or data[0] != FORMAT:
+    if len(data) >= 2 and data[0] == FORMAT:
+        try:
+            texts = data[2:].decode("utf-8", "surrogatepass").split("\0")
+        except UnicodeDecodeError as e:
+            raise CorruptRecord(f"record is not text: {e}") from None
+        if data[1] == _OBJECT:
+            return _object_texts(texts)
+        if data[1] == _MARKER and len(texts) >= 2:
+            return VaryMarker(url=texts[0], names=tuple(texts[2:]), generation=texts[1])
+        raise CorruptRecord(f"unknown record kind {data[1:2]!r}, or too few fields")
+    if len(data) < 2 or data[0] != _JSON_FORMAT:
         raise CorruptRecord(f"unknown record format {data[:1]!r}")
     try:
         fields = json.loads(data[2:])
@@ -80,6 +123,31 @@ def decode(data: bytes) -> ObjectRecord | VaryMarker:
     if data[1] == _OBJECT:
         return _object(fields)
     raise CorruptRecord(f"unknown record kind {data[1:2]!r}")
+
+
+def _object_texts(texts: list[str]) -> ObjectRecord:
+    if len(texts) < 9 or len(texts) % 2 == 0:
+        raise CorruptRecord("object record has the wrong number of fields")
+    url, status, reason, request_time, response_time, length, vary_key, body_key, crc = texts[:9]
+    try:
+        numbers = int(status), int(length), int(crc)
+        times = float(request_time), float(response_time)
+    except ValueError:
+        raise CorruptRecord("object record has a number that is not one") from None
+    if not _numbers(*numbers, *times) or min(numbers) < 0:
+        raise CorruptRecord("object record has a number out of range")
+    rest = iter(texts[9:])
+    head = StoredHead(
+        url,
+        numbers[0],
+        sys.intern(reason),
+        shared_fields(zip(rest, rest, strict=True)),
+        times[0],
+        times[1],
+        numbers[1],
+        vary_key,
+    )
+    return ObjectRecord(head, body_key, numbers[2])
 
 
 def _object(fields: Any) -> ObjectRecord:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harvest_cache.http.stored import StoredHead
-from harvest_cache.store.codec import CorruptRecord, ObjectRecord, decode, encode
+from harvest_cache.store.codec import CorruptRecord, ObjectRecord, _encode_json, decode, encode
 from harvest_cache.store.entry import VaryMarker
 
 HEAD = StoredHead(
@@ -36,8 +36,27 @@ HEAD = StoredHead(
 )
 def test_round_trip(record: ObjectRecord | VaryMarker) -> None:
     data = encode(record)
+    assert data[0] == 2
+    assert decode(data) == record
+
+
+@pytest.mark.parametrize(
+    "record",
+    [ObjectRecord(HEAD, "b:0123abcd", 7), VaryMarker("http://x/", ("accept",), "g")],
+)
+def test_records_of_the_first_format_are_still_read(record: ObjectRecord | VaryMarker) -> None:
+    data = _encode_json(record)
     assert data[0] == 1
     assert decode(data) == record
+
+
+def test_a_record_whose_text_holds_a_nul_is_written_in_the_first_format() -> None:
+    head = HEAD._replace(headers=(("X-Odd", "a\x00b"),))
+    data = encode(ObjectRecord(head, "", 0))
+    assert data[0] == 1
+    decoded = decode(data)
+    assert isinstance(decoded, ObjectRecord)
+    assert decoded.head == head
 
 
 def test_repeated_header_fields_keep_their_order() -> None:
@@ -56,7 +75,15 @@ def test_record_is_compact() -> None:
     [
         b"",
         b"\x01",
-        b"\x02O[]",  # a format this version does not know
+        b"\x03O[]",  # a format this version does not know
+        b"\x02X" + b"\x00".join([b"u"] * 9),  # unknown kind
+        b"\x02O" + b"\x00".join([b"u"] * 8),  # a field missing
+        b"\x02Ou\x00200\x00OK\x000\x000\x005\x00\x00\x000\x00name",  # a name alone
+        b"\x02Ou\x00two\x00OK\x000\x000\x005\x00\x00\x000",  # status is not a number
+        b"\x02Ou\x00200\x00OK\x00nan\x000\x005\x00\x00\x000",  # time is not finite
+        b"\x02Ou\x00200\x00OK\x000\x000\x00-5\x00\x00\x000",  # negative length
+        b"\x02Ou\x00200\x00OK\x000\x000\x005\x00\x00\x000\xff",  # not UTF-8
+        b"\x02M",  # a marker without its generation
         b"\x01X[]",  # unknown kind
         b"\x01O{not json",
         b"\x01O\xff\xfe",
