@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harvest_cache.http.cache_status import string_item
-from harvest_cache.http.forwarding import add_via, response_head
-from harvest_cache.http.headers import Headers
+from harvest_cache.http.forwarding import forwarded_head, via_entry
 from harvest_cache.server.accesslog import line_rest, line_tail, time_field
 from harvest_cache.server.pages import BodyPages, PageCopy
 from harvest_cache.store.interface import MemoryView, StoredObject
@@ -26,6 +25,8 @@ _MAX_LINES = 16  # access-log lines kept per entry
 _CLOSE = b"Connection: close\r\n\r\n"
 _KEEP_ALIVE = b"Connection: keep-alive\r\n\r\n"
 _END = b"\r\n"
+# Stored fields a prepared head leaves out: it has its own Content-Length, and Age per hit.
+_NOT_PREPARED = frozenset({"age", "content-length", "connection"})
 
 
 @dataclass(slots=True)
@@ -71,6 +72,7 @@ class HotIndex:
         self.max_bytes = max_bytes
         self.bytes = 0  # of the entries' bodies
         self._status_hit = f"Cache-Status: {name}; hit; ttl=".encode("latin-1")
+        self._via = via_entry("1.1", name)
 
     def add(
         self,
@@ -88,12 +90,12 @@ class HotIndex:
         may go into a memory file for sendfile (not for an entry likely used once)."""
         if not isinstance(obj.body, bytes) or ttl < 1:
             return None
-        headers = Headers(obj.head.headers)
+        head = obj.head
         # (Cache-Status stays: ours follows the members of caches nearer the origin.)
-        headers.remove("Age", "Content-Length", "Connection")
-        add_via(headers, "1.1", self._name)
-        headers.add("Content-Length", str(len(obj.body)))
-        prefix = response_head(obj.head.status, obj.head.reason, headers)[:-2]
+        length = (("Content-Length", str(len(obj.body))),)
+        prefix = forwarded_head(
+            head.status, head.reason, head.headers, self._via, length, _NOT_PREPARED
+        )[:-2]
         self._forget(target)
         size = len(obj.body)
         if size > self.max_bytes:
@@ -103,7 +105,8 @@ class HotIndex:
             # Forget the oldest; entries are cheap to remake on the next memory hit.
             self._forget(next(iter(entries)))
         self.bytes += size
-        content_type = headers.get("Content-Type")
+        types = [value for name, value in head.headers if name.lower() == "content-type"]
+        content_type = ", ".join(types) if types else None
         key_param = b""
         if self._status_keys and key.isascii() and key.isprintable():
             key_param = f"; key={string_item(key)}".encode()  # as cache_status() has it
