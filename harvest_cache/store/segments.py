@@ -58,8 +58,9 @@ def pack(key: str, record: bytes, body: bytes) -> bytes:
     return HEADER.pack(MAGIC, crc, len(name), len(record), len(body)) + name + record + body
 
 
-def unpack(data: bytes, key: str) -> tuple[bytes, bytes]:
-    """(record, body) of the entry ``data`` for ``key``; Damaged if it is not that."""
+def unpack(data: bytes | memoryview, key: str) -> tuple[bytes, bytes]:
+    """(record, body) of the entry ``data`` for ``key``, copied out of it; Damaged if it is
+    not that."""
     if len(data) < HEADER.size:
         raise Damaged(f"entry of {len(data)} bytes")
     magic, crc, key_length, record_length, body_length = HEADER.unpack_from(data)
@@ -85,6 +86,7 @@ class Segments:
         self._retired: list[int] = []
         self._opening = threading.Lock()
         self._active: tuple[int, int] | None = None  # (number, descriptor to append to)
+        self._buffer = bytearray(64 << 10)  # ``read_nowait``'s
 
     def path(self, number: int) -> Path:
         return self.directory / f"{number:08d}"
@@ -143,17 +145,21 @@ class Segments:
             raise Damaged(f"segment {where.segment} ends within an entry")
         return data
 
-    def read_nowait(self, where: Location) -> bytes | None:
-        """The entry at ``where`` if the page cache holds all of it, else None."""
+    def read_nowait(self, where: Location) -> memoryview | None:
+        """The entry at ``where`` if the page cache holds all of it, else None: a view of a
+        buffer the next call reuses (one thread only: the event loop's), so the entry is
+        copied once, out of it, and no buffer is made and zeroed for each."""
         fd = self._readers.get(where.segment)
         if fd is None:
             return None  # (another process's segment, not opened yet: for a thread)
-        buffer = bytearray(where.length)
+        if len(self._buffer) < where.length:
+            self._buffer = bytearray(where.length)
+        view = memoryview(self._buffer)[: where.length]
         try:
-            got = os.preadv(fd, [buffer], where.offset, os.RWF_NOWAIT)
+            got = os.preadv(fd, [view], where.offset, os.RWF_NOWAIT)
         except OSError:
             return None  # (EAGAIN: not all cached; anything else: ``read`` will say)
-        return bytes(buffer) if got == where.length else None
+        return view if got == where.length else None
 
     def remove(self, number: int) -> None:
         """Delete segment ``number``'s file (its descriptor is closed at the next removal)."""
