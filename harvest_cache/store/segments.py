@@ -51,11 +51,28 @@ class Location(NamedTuple):
     length: int
 
 
-def pack(key: str, record: bytes, body: bytes) -> bytes:
-    """One entry's bytes."""
+# At most this many buffers go to one writev (Linux's IOV_MAX).
+_IOV_MAX = 1024
+
+
+class Entry(NamedTuple):
+    """One entry as it is written: its head (header, key and record) and the body, apart,
+    so that the body is never copied to be written."""
+
+    head: bytes
+    body: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + len(self.body)
+
+
+def pack(key: str, record: bytes, body: bytes) -> Entry:
+    """One entry."""
     name = key.encode()
     crc = zlib.crc32(body, zlib.crc32(record, zlib.crc32(name)))
-    return HEADER.pack(MAGIC, crc, len(name), len(record), len(body)) + name + record + body
+    header = HEADER.pack(MAGIC, crc, len(name), len(record), len(body))
+    return Entry(header + name + record, body)
 
 
 def unpack(data: bytes | memoryview, key: str) -> tuple[bytes, bytes]:
@@ -74,6 +91,19 @@ def unpack(data: bytes | memoryview, key: str) -> tuple[bytes, bytes]:
     if view[HEADER.size : at] != key.encode():
         raise Damaged("entry of another key")
     return bytes(view[at : at + record_length]), bytes(view[at + record_length :])
+
+
+def _write_all(fd: int, buffers: list[bytes]) -> None:
+    """``writev`` until every byte of ``buffers`` is written."""
+    views = [memoryview(b) for b in buffers]
+    first = 0  # (the views before it are written)
+    while first < len(views):
+        written = os.writev(fd, views[first:])
+        while first < len(views) and written >= len(views[first]):
+            written -= len(views[first])
+            first += 1
+        if written:
+            views[first] = views[first][written:]
 
 
 class Segments:
@@ -117,25 +147,24 @@ class Segments:
             os.close(self._active[1])
             self._active = None
 
-    def append(self, entries: list[bytes]) -> list[Location]:
-        """Write ``entries`` at the end of the active segment. If that fails, the segment is
-        finished: what follows goes to a new one, never after bytes of unknown length."""
+    def append(self, entries: list[Entry]) -> list[Location]:
+        """Write ``entries`` at the end of the active segment (with ``writev``: no batch is
+        joined into one buffer). If that fails, the segment is finished: what follows goes
+        to a new one, never after bytes of unknown length."""
         assert self._active is not None, "a segment is started before the first append"
         number, fd = self._active
-        data = b"".join(entries)
-        view = memoryview(data)
+        buffers = [part for entry in entries for part in entry if part]
         try:
             offset = os.fstat(fd).st_size
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            for start in range(0, len(buffers), _IOV_MAX):
+                _write_all(fd, buffers[start : start + _IOV_MAX])
         except OSError:
             self.finish()
             raise
         out = []
         for entry in entries:
-            out.append(Location(number, offset, len(entry)))
-            offset += len(entry)
+            out.append(Location(number, offset, entry.size))
+            offset += entry.size
         return out
 
     def read(self, where: Location) -> bytes:

@@ -326,21 +326,36 @@ def test_a_failed_append_finishes_its_segment(
     segments = Segments(tmp_path)
     segments.start(1)
     (first,) = segments.append([pack("a", b"r", b"body")])
-    real_write = os.write
+    calls = []
 
-    def short_then_fail(fd: int, data: bytes) -> int:
-        real_write(fd, bytes(data)[:3])
-        raise OSError(28, "No space left on device")
+    def short_then_fail(fd: int, buffers: list[memoryview]) -> int:
+        calls.append(len(buffers))
+        if len(calls) == 1:
+            return os.write(fd, bytes(buffers[0])[:3])  # a short write, then the rest...
+        raise OSError(28, "No space left on device")  # ...fails
 
-    monkeypatch.setattr(os, "write", short_then_fail)
+    monkeypatch.setattr(os, "writev", short_then_fail)
     with pytest.raises(OSError, match="No space"):
         segments.append([pack("b", b"r", b"body")])
     monkeypatch.undo()
+    assert calls == [2, 2]  # (the rest of the head, then the body)
     assert segments.active is None
     assert unpack(segments.read(first), "a") == (b"r", b"body")
     segments.start(2)
     (again,) = segments.append([pack("b", b"r", b"body")])
     assert (again.segment, again.offset) == (2, 0)
+    segments.close()
+
+
+def test_an_append_of_more_buffers_than_one_writev_takes(tmp_path: Path) -> None:
+    segments = Segments(tmp_path)
+    segments.start(1)
+    entries = [pack(f"k{i}", b"record", b"body %d" % i) for i in range(1500)]  # 3,000 buffers
+    placed = segments.append(entries)
+    assert [unpack(segments.read(where), f"k{i}") for i, where in enumerate(placed)] == [
+        (b"record", b"body %d" % i) for i in range(1500)
+    ]
+    assert placed[-1].offset + placed[-1].length == segments.path(1).stat().st_size
     segments.close()
 
 
