@@ -1031,55 +1031,58 @@ class Proxy:
                     await self._store.update_head(described[0], changes.freshened)
                 elif changes.drop_described:
                     await self._store.delete(described[0])
-            if validate is not None and head.status == 304:
-                exchange.release()
-                assert parts is not None
-                await self._validated_parts(
-                    req, target, conn, tx, reply, parts, response_headers, times
+            # (a 304 to the validation of parts held: answered from them once it is let go)
+            confirmed = validate is not None and head.status == 304
+            if not confirmed:
+                if validate is not None:
+                    tx.result = "TCP_REFRESH_MODIFIED"
+                if parts is not None:
+                    kept = self._open_part(parts, req, head.status, response_headers)
+                stored_fields = response_headers.copy() if kept is not None else response_headers
+                forwarding.add_via(response_headers, "1.1", self.name)
+                cacheable = req.method in ("GET", "HEAD")
+                if fwd is None:
+                    fwd = "uri-miss" if cacheable else "method"
+                named = self.fast.key_for(target.url) if cacheable else None
+                value = cache_status(
+                    self.name,
+                    hit=False,
+                    fwd=fwd,
+                    fwd_status=head.status,
+                    stored=kept is not None,
+                    key=named,
                 )
-                return
-            if validate is not None:
-                tx.result = "TCP_REFRESH_MODIFIED"
-            if parts is not None:
-                kept = self._open_part(parts, req, head.status, response_headers)
-            stored_fields = response_headers.copy() if kept is not None else response_headers
-            forwarding.add_via(response_headers, "1.1", self.name)
-            cacheable = req.method in ("GET", "HEAD")
-            if fwd is None:
-                fwd = "uri-miss" if cacheable else "method"
-            named = self.fast.key_for(target.url) if cacheable else None
-            value = cache_status(
-                self.name,
-                hit=False,
-                fwd=fwd,
-                fwd_status=head.status,
-                stored=kept is not None,
-                key=named,
-            )
-            response_headers.add("Cache-Status", value)
-            reply.start(head.status, head.reason, response_headers, content_length(head.headers))
-            held_back = b""
-            while chunk := await exchange.read():
+                response_headers.add("Cache-Status", value)
+                reply.start(
+                    head.status, head.reason, response_headers, content_length(head.headers)
+                )
+                held_back = b""
+                while chunk := await exchange.read():
+                    if kept is not None:
+                        # Each chunk goes out after the next one came: the last waits until the
+                        # part is kept, so a client with the whole answer finds the part held.
+                        await kept[0].writer.write(chunk)
+                        chunk, held_back = held_back, chunk
+                    await reply.write(chunk)
                 if kept is not None:
-                    # Each chunk goes out after the next one came: the last waits until the
-                    # part is kept, so a client with the whole answer finds the part held.
-                    await kept[0].writer.write(chunk)
-                    chunk, held_back = held_back, chunk
-                await reply.write(chunk)
-            if kept is not None:
-                assert parts is not None
-                pending, decision = kept
-                await self._partials.keep(
-                    parts.key, target.url, pending, stored_fields, decision, times
-                )
-                await reply.write(held_back)
-            await reply.end()
+                    assert parts is not None
+                    pending, decision = kept
+                    await self._partials.keep(
+                        parts.key, target.url, pending, stored_fields, decision, times
+                    )
+                    await reply.write(held_back)
+                await reply.end()
         except BaseException:
             exchange.abort()
             if kept is not None:
                 await kept[0].writer.abort()
             raise
         exchange.release()
+        if confirmed:
+            assert parts is not None
+            await self._validated_parts(
+                req, target, conn, tx, reply, parts, response_headers, times
+            )
 
 
 def _plain(req: Request) -> bool:

@@ -134,8 +134,8 @@ def _object_texts(texts: list[str]) -> ObjectRecord:
         times = float(request_time), float(response_time)
     except ValueError:
         raise CorruptRecord("object record has a number that is not one") from None
-    if not _numbers(*numbers, *times) or min(numbers) < 0:
-        raise CorruptRecord("object record has a number out of range")
+    if not _numbers(*times):
+        raise CorruptRecord("object record has a time that is not finite")
     rest = iter(texts[9:])
     head = StoredHead(
         url,
@@ -188,8 +188,12 @@ def _marker(fields: Any) -> VaryMarker:
 
 
 def _numbers(*values: Any) -> bool:
-    """Real, finite numbers: JSON's true and false decode to bool, which is an int too."""
-    return all(not isinstance(v, bool) and math.isfinite(v) for v in values)
+    """Real, finite numbers: JSON's true and false decode to bool, which is an int too (an
+    int too large for a float is none either)."""
+    try:
+        return all(not isinstance(v, bool) and math.isfinite(v) for v in values)
+    except OverflowError:
+        return False
 
 
 def _is_field(pair: Any) -> bool:

@@ -81,7 +81,6 @@ def test_record_is_compact() -> None:
         b"\x02Ou\x00200\x00OK\x000\x000\x005\x00\x00\x000\x00name",  # a name alone
         b"\x02Ou\x00two\x00OK\x000\x000\x005\x00\x00\x000",  # status is not a number
         b"\x02Ou\x00200\x00OK\x00nan\x000\x005\x00\x00\x000",  # time is not finite
-        b"\x02Ou\x00200\x00OK\x000\x000\x00-5\x00\x00\x000",  # negative length
         b"\x02Ou\x00200\x00OK\x000\x000\x005\x00\x00\x000\xff",  # not UTF-8
         b"\x02M",  # a marker without its generation
         b"\x01X[]",  # unknown kind
