@@ -144,10 +144,10 @@ class PartialStore:
         headers: Headers,
         decision: StoreDecision,
         times: tuple[float, float],
-    ) -> None:
+    ) -> bool:
         """Commit a part whose bytes are all written, and add it to ``key``'s index (the
-        index's head from this response's ``headers``); put the representation together
-        once its parts cover it."""
+        index's head from this response's ``headers``); whether the parts now cover the
+        whole representation, to be put together (``assemble``)."""
         part = pending.part
         fields = headers.copy()
         fields.remove("Content-Range", "Content-Length")
@@ -159,15 +159,25 @@ class PartialStore:
             added = add(held.index if held is not None else None, part, pending.token)
             if added is None:
                 await self._store.delete(part_key(key, pending.token))
-                return
+                return False
             self.parts_stored += 1
             blob = encode_index(added.index)
             if not await self._put(index_key(key), head.with_body_length(len(blob)), [blob]):
                 await self._delete_parts(key, added.index.tokens)
-                return
+                return False
             await self._delete_parts(key, added.dropped)
-            if added.index.complete and added.index.length <= self._store.max_object:
-                await self._assemble(key, head, added.index)
+            return added.index.complete
+
+    async def assemble(self, key: str) -> None:
+        """Put ``key``'s representation together from parts that cover it, stored whole as
+        a 200, and drop the index and parts (a task of its own: it reads and writes the
+        whole representation, which a client's answer need not wait for)."""
+        async with self._lock(key):
+            held = await self.find(key)
+            if held is None or not held.index.complete:
+                return
+            if held.index.length <= self._store.max_object:
+                await self._assemble(key, held.head, held.index)
 
     async def freshen(
         self, key: str, held: HeldParts, not_modified: Headers, times: tuple[float, float]
@@ -177,13 +187,14 @@ class PartialStore:
         await self._store.update_head(index_key(key), head)
         return HeldParts(head, held.index, held.tier)
 
-    async def drop(self, key: str) -> None:
+    async def drop(self, key: str) -> bool:
         """Delete ``key``'s index and its parts (an unsafe method changed the resource, a
-        PURGE, or a part of it is gone)."""
+        PURGE, or a part of it is gone); whether there was an index."""
         async with self._lock(key):
             held = await self.find(key)
             if held is not None:
                 await self._drop(key, held.index)
+            return held is not None
 
     # -- under the key's lock ------------------------------------------------------------
 

@@ -169,7 +169,6 @@ class Proxy:
         self._own_hosts, self._own_port = own
         self._fetcher = Fetcher(config, name, store, router, tasks.spawn)
         self.partials = partials
-        self._partials = partials
         self._refreshing: set[str] = set()  # keys revalidated in the background
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
@@ -466,8 +465,7 @@ class Proxy:
             tx.result = "TCP_DENIED"
             raise RequestError(403, "PURGE is not allowed from your address", close=False)
         tx.result = "TCP_MISS"
-        held_parts = await self._partials.find(target.url) is not None
-        await self._partials.drop(target.url)
+        held_parts = await self.partials.drop(target.url)
         if await self._store.purge(target.url) or held_parts:
             await reply.send_text(200, "OK", "purged\n", Headers())
         else:
@@ -839,7 +837,7 @@ class Proxy:
         """A GET with Range, no whole object held: answered from the parts held if they
         cover it (after the origin confirms them, if their index is stale), else forwarded
         as asked, and the 206 it brings kept as a part."""
-        held = await self._partials.find(key)
+        held = await self.partials.find(key)
         planned = None if held is None else self._plan_parts(req, held)
         if held is not None and planned is not None and not planned.validate:
             if await self._serve_parts(req, key, held, planned, tx, reply, "TCP_HIT", "hit"):
@@ -882,9 +880,9 @@ class Proxy:
         disk = False
         try:
             for pieces in planned.pieces:
-                got = await self._partials.read(key, pieces)
+                got = await self.partials.read(key, pieces)
                 if got is None:
-                    await self._partials.drop(key)
+                    await self.partials.drop(key)
                     return False
                 bodies.append(got.bodies)
                 disk = disk or got.disk
@@ -924,7 +922,7 @@ class Proxy:
         """The origin confirmed the parts held (a 304): freshen their index and answer from
         them; if that is no longer possible, forward the request as asked."""
         assert parts.validate is not None
-        held = await self._partials.freshen(parts.key, parts.validate, not_modified, times)
+        held = await self.partials.freshen(parts.key, parts.validate, not_modified, times)
         planned = self._plan_parts(req, held, validated=True)
         if planned is not None:
             result = "TCP_REFRESH_UNMODIFIED"
@@ -949,7 +947,7 @@ class Proxy:
         )
         if not decision.ok:
             return None
-        pending = self._partials.open_part(parts.key, got)
+        pending = self.partials.open_part(parts.key, got)
         return None if pending is None else (pending, decision)
 
     # -- everything else: forwarded as it comes --------------------------------------------------
@@ -1025,7 +1023,7 @@ class Proxy:
             )
             for url in changes.invalidated:
                 await self._store.delete(url)
-                await self._partials.drop(url)
+                await self.partials.drop(url)
             if described is not None:
                 if changes.freshened is not None:
                     await self._store.update_head(described[0], changes.freshened)
@@ -1067,9 +1065,12 @@ class Proxy:
                 if kept is not None:
                     assert parts is not None
                     pending, decision = kept
-                    await self._partials.keep(
+                    whole = await self.partials.keep(
                         parts.key, target.url, pending, stored_fields, decision, times
                     )
+                    if whole:
+                        assembly = self.partials.assemble(parts.key)
+                        self._tasks.spawn(assembly, f"assemble {parts.key}")
                     await reply.write(held_back)
                 await reply.end()
         except BaseException:

@@ -20,7 +20,14 @@ from harvest_cache.http.partial import MAX_PARTS, index_key
 from harvest_cache.server.app import CacheServer
 from harvest_cache.server.partials import PartialStore
 from tests.integration.test_metrics import scrape
-from tests.support import MakeCache, Origin, cache_status_members, proxy_client, stop_and_read_log
+from tests.support import (
+    MakeCache,
+    Origin,
+    cache_status_members,
+    proxy_client,
+    stop_and_read_log,
+    wait_until,
+)
 
 BODY = b"".join(hashlib.sha256(b"%d" % i).digest() for i in range(2048))  # 64 KiB
 _RANGE = re.compile(r"bytes=(\d+)-(\d+)")
@@ -143,6 +150,7 @@ async def test_parts_that_cover_the_representation_become_the_whole_object(
     half = len(BODY) // 2
     await ranged(setup, 0, half + 99)  # overlapping parts combine too
     await ranged(setup, half, len(BODY) - 1)
+    await wait_until(lambda: partials(setup).completed == 1)  # (put together in the background)
     status, headers, body = await get(setup)
     assert (status, body) == (200, BODY)
     assert "hit" in our_cache_status(headers["Cache-Status"])
