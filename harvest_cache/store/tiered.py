@@ -152,12 +152,10 @@ class TieredStore:
         found = self.memory.get(key)
         if found is not None or self._disk is None or not self._on_disk(key):
             return found
-        if self._reads_nowait(key):
-            # (what this process stored itself, still in the page cache: no thread)
-            found = self._disk.read_nowait(key)
-            if found is not None:
-                self._promote(key, found)
-                return found  # (the disk tier's: its hit is logged as one)
+        found = self._read_nowait(key)
+        if found is not None:
+            # (read from the disk tier, so its hit is logged as one, whichever copy is kept)
+            return found if isinstance(found, VaryMarker) else found._replace(tier="disk")
         self._reading[key] = self._reading.get(key, 0) + 1
         try:
             if self._written_behind(key):
@@ -212,14 +210,11 @@ class TieredStore:
         self._tell(key)
         return True
 
-    def _reads_nowait(self, key: str) -> bool:
-        """Whether the disk tier's ``read_nowait`` may answer for ``key``: it knows where
-        only what this process stored, and the newest of that once written."""
-        return self._sharers is None and not self._written_behind(key)
-
     def _read_nowait(self, key: str) -> Found | None:
-        """(MemoryView.read_disk) ``read_nowait``'s object, promoted."""
-        if self._disk is None or not self._reads_nowait(key):
+        """(MemoryView.read_disk) What this process stored itself, if the page cache holds
+        it (the disk tier's ``read_nowait``: no thread), promoted. Its location is known
+        only for what this process wrote, and the newest of that once written."""
+        if self._disk is None or self._sharers is not None or self._written_behind(key):
             return None
         found = self._disk.read_nowait(key)
         return None if found is None else self._promote(key, found)
