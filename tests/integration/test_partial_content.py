@@ -48,6 +48,7 @@ class RangedOrigin:
             "ETag": self.etag,
             "Cache-Control": self.cache_control,
             "Content-Type": "application/octet-stream",
+            "X-Answer": str(len(self.requests)),  # which answer this is
         }
         if self.etag in req.headers.get("If-None-Match", ""):
             return web.Response(status=304, headers=headers)
@@ -129,6 +130,15 @@ async def test_a_range_beyond_the_parts_goes_to_the_origin_and_is_kept(setup: Se
     assert setup.origin.requests[-1]["Range"] == "bytes=500-1499"
     status, _, body = await ranged(setup, 0, 1499)  # the two parts together
     assert (status, body) == (206, BODY[:1500])
+    assert len(setup.origin.requests) == 2
+
+
+async def test_s3_4_combined_parts_carry_the_newest_parts_fields(setup: Setup) -> None:
+    await ranged(setup, 0, 99)
+    await ranged(setup, 50, 149)
+    status, headers, body = await ranged(setup, 0, 149)
+    assert (status, body) == (206, BODY[:150])
+    assert headers["X-Answer"] == "2"
     assert len(setup.origin.requests) == 2
 
 
