@@ -8,8 +8,10 @@ executor, never on the event loop. Under the cache directory::
 
 An object under 32 KiB and a Vary marker are one entry appended to a segment file
 (store.segments: key, record and body under one CRC), and a row of the ``Logged`` table
-naming where it lies (key, segment, offset, length, and a copy of the record, so that listing
-heads or rewriting a record reads no body). Storing a batch of them is one write and one
+naming where it lies (key, segment, offset, length, and the record, so that listing heads
+reads no body). A revalidation rewrites the record in the row alone, not the entry, body and
+all; such an object is read in a thread, the row's record with the entry's body, until it is
+stored anew. Storing a batch of them is one write and one
 ``executemany``; reading one on the event loop is a copy from the page cache when the kernel
 holds it (``read_nowait``), else a read in a thread. A larger object is two diskcache rows:
 ``h:KEY`` holds its record (codec.py), which names a body row ``b:TOKEN``, a file, with a
@@ -86,13 +88,20 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS Segment (number INTEGER PRIMARY KEY AUTOINCREMENT,"
     " created REAL NOT NULL, size INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS Logged (key TEXT PRIMARY KEY, segment INTEGER NOT NULL,"
-    " offset INTEGER NOT NULL, length INTEGER NOT NULL, record BLOB NOT NULL)",
+    " offset INTEGER NOT NULL, length INTEGER NOT NULL, record BLOB NOT NULL,"
+    " rewritten INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS Logged_segment ON Logged (segment)",
 )
 _LOGGED_PUT = (
-    "INSERT OR REPLACE INTO Logged (key, segment, offset, length, record) VALUES (?, ?, ?, ?, ?)"
+    "INSERT OR REPLACE INTO Logged (key, segment, offset, length, record, rewritten)"
+    " VALUES (?, ?, ?, ?, ?, 0)"
 )
-_LOGGED_GET = "SELECT segment, offset, length FROM Logged WHERE key = ?"
+_LOGGED_GET = "SELECT segment, offset, length, record FROM Logged WHERE key = ?"
+_LOGGED_REWRITE = "UPDATE Logged SET record = ?, rewritten = 1 WHERE key = ?"
+_LOGGED_REWRITTEN = "SELECT key FROM Logged WHERE rewritten"
+# Logged as the first segment layout made it, without ``rewritten``.
+_LOGGED_COLUMNS = "PRAGMA table_info(Logged)"
+_LOGGED_ADD_REWRITTEN = "ALTER TABLE Logged ADD COLUMN rewritten INTEGER NOT NULL DEFAULT 0"
 _LOGGED_RECORD = "SELECT record FROM Logged WHERE key = ?"
 _LOGGED_DELETE = "DELETE FROM Logged WHERE key = ?"
 _LOGGED_ALL = "SELECT key, segment, offset, length FROM Logged"
@@ -258,6 +267,9 @@ class DiskTier:
         # set's look-up is atomic).
         self._logged: dict[int, Location] = {}
         self._held: set[int] = set()
+        # Small objects whose record was rewritten (a revalidation) in their row, not in
+        # their entry: read in a thread, which takes the row's record with the entry's body.
+        self._rewritten: set[int] = set()
         self._tmp = tmp
         self._min_file_size = int(cache.disk.min_file_size)
         # Serialise mutations, so no cull or delete can run between a commit and its rename
@@ -307,6 +319,8 @@ class DiskTier:
             )
             for statement in _SCHEMA:
                 cache._sql(statement)
+            if "rewritten" not in {row[1] for row in cache._sql(_LOGGED_COLUMNS)}:
+                cache._sql(_LOGGED_ADD_REWRITTEN)
             tier = cls(cache, Segments(directory / "segments"), tmp, lock_fd, segment_bytes)
             with tier._mutating():
                 tier._open_segments()
@@ -316,6 +330,7 @@ class DiskTier:
                 hash(key): Location(segment, offset, length)
                 for key, segment, offset, length in cache._sql(_LOGGED_ALL)
             }
+            tier._rewritten = {hash(key) for (key,) in cache._sql(_LOGGED_REWRITTEN)}
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot open the disk tier in {directory}: {e}") from e
         return tier
@@ -359,8 +374,9 @@ class DiskTier:
         """The small object or marker under ``key`` if this process knows where it lies and
         the page cache holds it all, checked; for the event loop, as it never waits on the
         device. None says nothing: ``get`` in a thread tells (it may be there, or large)."""
-        where = self._logged.get(hash(key))
-        if where is None:
+        h = hash(key)
+        where = self._logged.get(h)
+        if where is None or h in self._rewritten:
             return None
         data = self._segments.read_nowait(where)
         if data is None:
@@ -385,8 +401,9 @@ class DiskTier:
         try:
             row = self._cache._sql(_LOGGED_GET, (key,)).fetchone()
             if row is not None:
-                record, body = unpack(self._segments.read(Location(*row)), key)
-                small = decode(record)
+                # (the row's record: the entry's, or a newer one a revalidation wrote)
+                _, body = unpack(self._segments.read(Location(*row[:3])), key)
+                small = decode(row[3])
                 if isinstance(small, VaryMarker):
                     return small
                 if small.head.body_length != len(body):
@@ -456,6 +473,7 @@ class DiskTier:
                             batch.append((key, encode(record), body))
                     placed = self._log(batch)
                 self._logged.update(placed)
+                self._rewritten.difference_update(h for h, _ in placed)
                 return self._cull()
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot store {len(objects)} objects: {e}") from e
@@ -470,26 +488,24 @@ class DiskTier:
             raise DiskError(f"cannot store the marker {key!r}: {e}") from e
 
     def update_head(self, key: str, head: StoredHead) -> None:
-        """Rewrite an object's record only; the body is unchanged, so its length is kept."""
+        """Rewrite an object's record only; the body is unchanged, so its length is kept.
+        (A small object's new record goes in its row alone: its entry, body and all, is not
+        written again for each revalidation.)"""
         try:
             with self._mutating():
-                placed = []
+                rewritten = False
                 with self._cache.transact():
                     old, small = self._locate(key)
                     if isinstance(old, ObjectRecord):
                         new_head = head.with_body_length(old.head.body_length)
-                        new = ObjectRecord(new_head, old.body_key, old.body_crc32)
+                        new = encode(ObjectRecord(new_head, old.body_key, old.body_crc32))
                         if small:
-                            body = self._logged_body(key)
-                            if body is not None:
-                                placed = self._log([(key, encode(new), body)])
+                            self._cache._sql(_LOGGED_REWRITE, (new, key))
+                            rewritten = True
                         else:
-                            self._cache.set(_head_key(key), encode(new))
-                self._logged.update(placed)
-        except (Damaged, CorruptRecord) as e:
-            with suppress(DiskError):
-                self.delete(key)
-            raise DiskError(f"damaged object {key!r} removed: {e}") from e
+                            self._cache.set(_head_key(key), new)
+                if rewritten:
+                    self._rewritten.add(hash(key))
         except STORAGE_ERRORS as e:
             raise DiskError(f"cannot update the head of {key!r}: {e}") from e
 
@@ -549,6 +565,7 @@ class DiskTier:
                 elif isinstance(old, ObjectRecord):
                     cache.delete(old.body_key)
         h = hash(key)
+        self._rewritten.discard(h)
         if placed:
             self._logged.update(placed)
             self._held.discard(h)
@@ -589,13 +606,6 @@ class DiskTier:
         self._active_size = 0
         return number
 
-    def _logged_body(self, key: str) -> bytes | None:
-        """The body of ``key``'s entry in a segment (None: it has none)."""
-        row = self._cache._sql(_LOGGED_GET, (key,)).fetchone()
-        if row is None:
-            return None
-        return unpack(self._segments.read(Location(*row)), key)[1]
-
     def _drop_large(self, key: str, old: ObjectRecord | VaryMarker) -> None:
         """Remove ``key``'s diskcache record ``old`` and the body it names."""
         self._cache.delete(_head_key(key))
@@ -621,6 +631,7 @@ class DiskTier:
                 self._cache.delete(old.body_key)
         h = hash(key)
         self._logged.pop(h, None)
+        self._rewritten.discard(h)
         self._held.discard(h)
 
     def _volume(self) -> int:
@@ -653,6 +664,7 @@ class DiskTier:
             h = hash(key)
             if self._logged.get(h, _NOWHERE).segment == number:
                 del self._logged[h]
+                self._rewritten.discard(h)
         self._segments.remove(number)
         return len(keys)
 

@@ -391,3 +391,46 @@ async def test_segments_culled_by_another_process_are_let_go_of(tmp_path: Path) 
         for i in range(60):
             await reader("commit_many", [(f"r{i}", head_for(f"r{i}", 20 * KIB), payload(20 * KIB))])
         assert f"{first} (deleted)" not in open_segment_fds(directory)
+
+
+async def test_a_revalidated_head_is_rewritten_in_its_row_alone(tmp_path: Path) -> None:
+    """A revalidation rewrites a small object's record, not its entry (the body is not
+    written again): reads take the row's record, in a thread, until the key is stored
+    anew; and so after a restart."""
+    directory = tmp_path / "cache"
+    async with Tier(directory, 256 * MIB) as tier:
+        assert tier.tier is not None
+        await tier("commit_many", [("k", head_for("k", 16 * KIB), payload(16 * KIB))])
+        (segment,) = segment_files(directory)
+        size = segment.stat().st_size
+        for n in range(50):
+            await tier("update_head", "k", head_for("k", 16 * KIB, response_time=5e3 + n))
+        assert segment.stat().st_size == size  # nothing appended
+        assert tier.tier.read_nowait("k") is None  # (the entry's record is the old one)
+        found = await tier("get", "k", MIB)
+        assert isinstance(found, StoredObject)
+        assert (found.head.response_time, found.body) == (5049.0, payload(16 * KIB))
+    async with Tier(directory, 256 * MIB) as tier:
+        assert tier.tier is not None
+        assert tier.tier.read_nowait("k") is None
+        found = await tier("get", "k", MIB)
+        assert isinstance(found, StoredObject)
+        assert found.head.response_time == 5049.0
+        await tier("commit_many", [("k", head_for("k", 10), payload(10))])
+        found = tier.tier.read_nowait("k")  # stored anew: its entry is the newest again
+        assert isinstance(found, StoredObject)
+        assert found.body == payload(10)
+
+
+async def test_the_first_segment_layouts_rows_are_given_their_new_column(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+    async with Tier(directory, 256 * MIB) as tier:
+        await tier("commit", "k", head_for("k", KIB), payload(KIB))
+    with db(directory) as con, con:
+        con.execute("ALTER TABLE Logged DROP COLUMN rewritten")
+    async with Tier(directory, 256 * MIB) as tier:
+        assert body(await tier("get", "k", MIB)) == payload(KIB)
+        await tier("update_head", "k", head_for("k", KIB, response_time=7e3))
+        found = await tier("get", "k", MIB)
+        assert isinstance(found, StoredObject)
+        assert found.head.response_time == 7e3
