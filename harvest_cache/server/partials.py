@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager, suppress
@@ -36,12 +35,16 @@ from harvest_cache.http.policy import StoreDecision
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.http.validation import freshen
 from harvest_cache.server.fetch import head_to_store
-from harvest_cache.store.interface import FileBody, ObjectStore, ObjectWriter, StoredObject
+from harvest_cache.store.interface import (
+    FileBody,
+    ObjectStore,
+    ObjectWriter,
+    StoredObject,
+    file_chunks,
+)
 
 log = logging.getLogger(__name__)
 
-# A part on disk is read into a complete object this many bytes at a time.
-_READ_CHUNK = 1 << 20
 _PARTIAL_REASON = "Partial Content"
 
 
@@ -237,19 +240,12 @@ class PartialStore:
         writer = self._store.open_writer(key, head.body_length)
         if writer is None:
             return False
-        loop = asyncio.get_running_loop()
         try:
             for body in bodies:
                 if isinstance(body, bytes):
                     await writer.write(body)
                     continue
-                fd, pos, end = body.file.fileno(), body.offset, body.offset + body.length
-                while pos < end:
-                    n = min(_READ_CHUNK, end - pos)
-                    chunk = await loop.run_in_executor(None, os.pread, fd, n, pos)
-                    if not chunk:
-                        raise OSError(f"a stored part ended {end - pos} bytes early")
-                    pos += len(chunk)
+                async for chunk in file_chunks(body):
                     await writer.write(chunk)
         except OSError as e:
             log.warning("cannot put together %s from its parts: %s", key, e)

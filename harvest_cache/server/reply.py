@@ -6,18 +6,13 @@ is known, chunked for HTTP/1.1 clients otherwise, and a close-delimited body for
 
 from __future__ import annotations
 
-import asyncio
-import os
-
 from harvest_cache.http.forwarding import add_via, interim_head, response_head
 from harvest_cache.http.freshness import age_value
 from harvest_cache.http.headers import Headers
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.request import Request
-from harvest_cache.store.interface import FileBody
+from harvest_cache.store.interface import FileBody, file_chunks
 from harvest_cache.upstream.connection import Interim
-
-_FILE_CHUNK = 1024 * 1024
 
 
 class ClientGone(Exception):
@@ -136,14 +131,7 @@ class Reply:
     async def send_file(self, body: FileBody) -> None:
         """Stream a stored body from disk in large reads done in an executor (uvloop has no
         sendfile); the caller closes the file."""
-        loop = asyncio.get_running_loop()
-        fd = body.file.fileno()
-        pos, end = body.offset, body.offset + body.length
-        while pos < end:
-            chunk = await loop.run_in_executor(None, os.pread, fd, min(_FILE_CHUNK, end - pos), pos)
-            if not chunk:
-                raise OSError(f"stored body ended {end - pos} bytes early")
-            pos += len(chunk)
+        async for chunk in file_chunks(body):
             await self.write(chunk)
 
     async def send_text(self, status: int, reason: str, text: str, headers: Headers) -> None:
