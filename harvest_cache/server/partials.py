@@ -40,8 +40,8 @@ from harvest_cache.store.interface import (
     ObjectStore,
     ObjectWriter,
     StoredObject,
-    file_chunks,
 )
+from harvest_cache.store.tiered import file_chunks
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ from harvest_cache.http.freshness import age_value
 from harvest_cache.http.headers import Headers
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.request import Request
-from harvest_cache.store.interface import FileBody, file_chunks
+from harvest_cache.store.interface import FileBody
+from harvest_cache.store.tiered import file_chunks
 from harvest_cache.upstream.connection import Interim
 
 

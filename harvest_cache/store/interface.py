@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, NamedTuple, Protocol
 
@@ -17,30 +15,12 @@ class FileBody:
     """A body on disk: ``length`` bytes of ``file`` from ``offset``.
 
     The reader owns ``file`` and closes it; serve it with ``loop.sendfile`` or chunked reads
-    in an executor (``file_chunks``), never a whole read on the loop.
+    in an executor (``store.tiered.file_chunks``), never a whole read on the loop.
     """
 
     file: BinaryIO
     offset: int
     length: int
-
-
-# ``file_chunks``'s reads: large, so that a body takes few hops to a thread and back.
-FILE_CHUNK = 1 << 20
-
-
-async def file_chunks(body: FileBody) -> AsyncIterator[bytes]:
-    """``body``'s bytes in reads of up to FILE_CHUNK, each in the default executor; OSError
-    if the file ends early."""
-    loop = asyncio.get_running_loop()
-    fd = body.file.fileno()
-    pos, end = body.offset, body.offset + body.length
-    while pos < end:
-        chunk = await loop.run_in_executor(None, os.pread, fd, min(FILE_CHUNK, end - pos), pos)
-        if not chunk:
-            raise OSError(f"stored body ended {end - pos} bytes early")
-        pos += len(chunk)
-        yield chunk
 
 
 class StoredObject(NamedTuple):

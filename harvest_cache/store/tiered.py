@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, TypeVarTuple
 
@@ -439,6 +440,24 @@ class Sharers(Protocol):
     async def deleted(self, key: str) -> None:
         """``key`` is deleted, or replaced by an object the others must not serve an older
         copy of: return once they hold no copy of it."""
+
+
+# ``file_chunks``'s reads: large, so that a body takes few hops to a thread and back.
+FILE_CHUNK = 1 << 20
+
+
+async def file_chunks(body: FileBody) -> AsyncIterator[bytes]:
+    """``body``'s bytes in reads of up to FILE_CHUNK, each in the default executor; OSError
+    if the file ends early."""
+    loop = asyncio.get_running_loop()
+    fd = body.file.fileno()
+    pos, end = body.offset, body.offset + body.length
+    while pos < end:
+        chunk = await loop.run_in_executor(None, os.pread, fd, min(FILE_CHUNK, end - pos), pos)
+        if not chunk:
+            raise OSError(f"stored body ended {end - pos} bytes early")
+        pos += len(chunk)
+        yield chunk
 
 
 def _nothing_read(key: str) -> None:
