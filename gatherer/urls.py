@@ -151,7 +151,10 @@ def _unparse(parts: _Parts) -> str:
     if not parts.scheme:
         return f"{parts.path}{query}"
     # "file:/x" gains the empty authority of "file:///x"; "http:x" has no authority to gain.
-    if host or parts.userinfo or port or (parts.scheme in _METHODS and parts.path[:1] == "/"):
+    # A path starting "//" always does, or it would be read back as an authority ("news:////"
+    # would become "news://", whose path is empty: RFC 3986 3.3).
+    authority = host or parts.userinfo or port or parts.path[:2] == "//"
+    if authority or (parts.scheme in _METHODS and parts.path[:1] == "/"):
         return f"{parts.scheme}://{parts.userinfo}{host}{port}{parts.path}{query}"
     return f"{parts.scheme}:{parts.path}{query}"
 

@@ -55,6 +55,7 @@ from gatherer.urls import (
         pytest.param("http://[::1", "http://[::1", id="bad-ipv6-unchanged"),
         pytest.param("http://h:99999/", "http://h:99999/", id="bad-port-unchanged"),
         pytest.param("", "", id="empty"),
+        pytest.param("news:////", "news:////", id="path-of-two-slashes-keeps-its-authority"),
     ],
 )
 def test_normalize(url: str, expected: str) -> None:
