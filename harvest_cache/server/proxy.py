@@ -89,7 +89,7 @@ from harvest_cache.server.tunnel import open_tunnel
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, ObjectStore, StoredObject
 from harvest_cache.traffic import Traffic
-from harvest_cache.upstream.client import OutgoingRequest
+from harvest_cache.upstream.client import Exchange, OutgoingRequest
 from harvest_cache.upstream.pool import Pool
 from harvest_common.tasks import TaskSet
 
@@ -1006,7 +1006,6 @@ class Proxy:
         )
         tx.hierarchy = hop.code
         tx.peer = exchange.peer_ip
-        kept: tuple[PartWriter, StoreDecision] | None = None
         try:
             head = exchange.head
             response_time = time.time()
@@ -1032,51 +1031,11 @@ class Proxy:
             # (a 304 to the validation of parts held: answered from them once it is let go)
             confirmed = validate is not None and head.status == 304
             if not confirmed:
-                if validate is not None:
-                    tx.result = "TCP_REFRESH_MODIFIED"
-                if parts is not None:
-                    kept = self._open_part(parts, req, head.status, response_headers)
-                stored_fields = response_headers.copy() if kept is not None else response_headers
-                forwarding.add_via(response_headers, "1.1", self.name)
-                cacheable = req.method in ("GET", "HEAD")
-                if fwd is None:
-                    fwd = "uri-miss" if cacheable else "method"
-                named = self.fast.key_for(target.url) if cacheable else None
-                value = cache_status(
-                    self.name,
-                    hit=False,
-                    fwd=fwd,
-                    fwd_status=head.status,
-                    stored=kept is not None,
-                    key=named,
+                await self._relay_forwarded(
+                    req, target, tx, reply, exchange, response_headers, times, fwd, parts
                 )
-                response_headers.add("Cache-Status", value)
-                reply.start(
-                    head.status, head.reason, response_headers, content_length(head.headers)
-                )
-                held_back = b""
-                while chunk := await exchange.read():
-                    if kept is not None:
-                        # Each chunk goes out after the next one came: the last waits until the
-                        # part is kept, so a client with the whole answer finds the part held.
-                        await kept[0].writer.write(chunk)
-                        chunk, held_back = held_back, chunk
-                    await reply.write(chunk)
-                if kept is not None:
-                    assert parts is not None
-                    pending, decision = kept
-                    whole = await self.partials.keep(
-                        parts.key, target.url, pending, stored_fields, decision, times
-                    )
-                    if whole:
-                        assembly = self.partials.assemble(parts.key)
-                        self._tasks.spawn(assembly, f"assemble {parts.key}")
-                    await reply.write(held_back)
-                await reply.end()
         except BaseException:
             exchange.abort()
-            if kept is not None:
-                await kept[0].writer.abort()
             raise
         exchange.release()
         if confirmed:
@@ -1084,6 +1043,68 @@ class Proxy:
             await self._validated_parts(
                 req, target, conn, tx, reply, parts, response_headers, times
             )
+
+    async def _relay_forwarded(
+        self,
+        req: Request,
+        target: Target,
+        tx: Transaction,
+        reply: Reply,
+        exchange: Exchange,
+        response_headers: Headers,
+        times: tuple[float, float],
+        fwd: str | None,
+        parts: PartsAsked | None,
+    ) -> None:
+        """Relay a forwarded request's response (``response_headers``: its end-to-end
+        fields), keeping it as a part of partial content if ``parts`` asks and it is one."""
+        head = exchange.head
+        validate = parts.validate if parts is not None else None
+        kept: tuple[PartWriter, StoreDecision] | None = None
+        try:
+            if validate is not None:
+                tx.result = "TCP_REFRESH_MODIFIED"
+            if parts is not None:
+                kept = self._open_part(parts, req, head.status, response_headers)
+            stored_fields = response_headers.copy() if kept is not None else response_headers
+            forwarding.add_via(response_headers, "1.1", self.name)
+            cacheable = req.method in ("GET", "HEAD")
+            if fwd is None:
+                fwd = "uri-miss" if cacheable else "method"
+            named = self.fast.key_for(target.url) if cacheable else None
+            value = cache_status(
+                self.name,
+                hit=False,
+                fwd=fwd,
+                fwd_status=head.status,
+                stored=kept is not None,
+                key=named,
+            )
+            response_headers.add("Cache-Status", value)
+            reply.start(head.status, head.reason, response_headers, content_length(head.headers))
+            held_back = b""
+            while chunk := await exchange.read():
+                if kept is not None:
+                    # Each chunk goes out after the next one came: the last waits until the
+                    # part is kept, so a client with the whole answer finds the part held.
+                    await kept[0].writer.write(chunk)
+                    chunk, held_back = held_back, chunk
+                await reply.write(chunk)
+            if kept is not None:
+                assert parts is not None
+                pending, decision = kept
+                whole = await self.partials.keep(
+                    parts.key, target.url, pending, stored_fields, decision, times
+                )
+                if whole:
+                    assembly = self.partials.assemble(parts.key)
+                    self._tasks.spawn(assembly, f"assemble {parts.key}")
+                await reply.write(held_back)
+            await reply.end()
+        except BaseException:
+            if kept is not None:
+                await kept[0].writer.abort()
+            raise
 
 
 def _plain(req: Request) -> bool:
