@@ -11,6 +11,7 @@ and eviction all retire it without any hook; its freshness deadline is fixed whe
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from harvest_cache.http.cache_status import string_item
@@ -68,7 +69,9 @@ class HotIndex:
         self._pages = pages
         self._name = name
         self._status_keys = status_keys  # Cache-Status names the key
-        self._entries: dict[bytes, HotEntry] = {}
+        # (ordered: the oldest is taken out in constant time; a dict would scan the slots
+        # its removals left at the front, every time, when full of disk hits' entries)
+        self._entries: OrderedDict[bytes, HotEntry] = OrderedDict()
         self.max_bytes = max_bytes
         self.bytes = 0  # of the entries' bodies
         self._status_hit = f"Cache-Status: {name}; hit; ttl=".encode("latin-1")
@@ -103,7 +106,7 @@ class HotIndex:
         entries = self._entries
         while len(entries) >= _MAX_ENTRIES or self.bytes + size > self.max_bytes:
             # Forget the oldest; entries are cheap to remake on the next memory hit.
-            self._forget(next(iter(entries)))
+            self.bytes -= len(entries.popitem(last=False)[1].body)
         self.bytes += size
         types = [value for name, value in head.headers if name.lower() == "content-type"]
         content_type = ", ".join(types) if types else None
