@@ -273,6 +273,12 @@ class UpstreamConfig:
         " needs many).",
         integer(0, 10000),
     )
+    tls_ca_file: Path | None = setting(
+        None,
+        "PEM bundle of the certificate authorities that `https://` origins' certificates are"
+        " checked against, instead of the system's trust store; `none` for the system's.",
+        optional_path,
+    )
 
 
 def optional_address(v: Any) -> Address | None:

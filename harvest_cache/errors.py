@@ -17,6 +17,9 @@
         ├── ReadTimeout          504: the origin stopped sending
         ├── UpstreamReset        502: the connection broke before the response head ended
         ├── UpstreamProtocolError 502: the origin's response could not be parsed
+        ├── TlsVerifyFailed      502: the origin's certificate failed verification (why:
+        │                        expired, unknown issuer, another name...)
+        ├── TlsHandshakeFailed   502: no TLS session with the origin (versions, alerts)
         ├── NoRoute              504: never_direct, and no parent could take the request
         └── LocalDestination     403: the origin's address is this host's, and the client
                                  may not reach it (a refusal, not a failure of the hop)
@@ -25,7 +28,7 @@ A bad configuration is the configuration kit's ``harvest_common.errors.ConfigErr
 carries every problem found: the kit raises it, and so do the cache's own checks (its settings'
 consistency, the access log, the DNS resolver).
 
-Third-party exceptions (OSError, dnspython, httptools, diskcache and SQLite) are mapped to
+Third-party exceptions (OSError, ssl, dnspython, httptools, diskcache and SQLite) are mapped to
 these where the upstream, DNS and store modules call them; nothing matches on exception text.
 The store's errors live beside the code that raises them and never reach the proxy.
 """
@@ -54,6 +57,8 @@ class UpstreamError(HarvestCacheError):
     kind = "upstream"
     # A refusal of the cache's own (logged TCP_DENIED, never answered with a stale copy).
     denied = False
+    # Whether a stale copy may answer instead (RFC 9111 4.2.4), where the policy allows.
+    stale_allowed = True
 
     def __init__(self, cause: str) -> None:
         self.cause = cause
@@ -88,6 +93,19 @@ class UpstreamProtocolError(UpstreamError):
     kind = "protocol"
 
 
+class TlsVerifyFailed(UpstreamError):
+    """The origin's certificate is not one to trust: the cause says why, as OpenSSL tells
+    it. Never tried at the origin's other addresses, and never answered with a stale copy
+    instead: that would hide from the client what is wrong with the origin."""
+
+    kind = "tls_verify"
+    stale_allowed = False
+
+
+class TlsHandshakeFailed(UpstreamError):
+    kind = "tls_handshake"
+
+
 class NoRoute(UpstreamError):
     status = 504
     kind = "no_route"
@@ -97,6 +115,7 @@ class LocalDestination(UpstreamError):
     status = 403
     kind = "local_destination"
     denied = True
+    stale_allowed = False
 
 
 class DigestError(HarvestCacheError):

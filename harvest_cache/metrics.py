@@ -262,6 +262,14 @@ class CacheCollector:
             ("to",),
             {(k,): p.reused for k, p in pools.items()},
         )
+        tls = stats.tls
+        yield _counter(
+            "harvest_cache_upstream_tls_handshakes",
+            "TLS connections made to origins and peers, by whether a session was resumed"
+            " (failures are upstream errors of kind tls_verify and tls_handshake).",
+            ("resumed",),
+            {("yes",): tls.resumed, ("no",): tls.handshakes - tls.resumed},
+        )
         yield _counter(
             "harvest_cache_access_log_dropped_lines",
             "Access log lines dropped while the disk could not keep up.",

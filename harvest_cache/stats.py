@@ -30,6 +30,11 @@ class PoolStats(NamedTuple):
     reused: int  # requests sent on an idle kept-alive connection
 
 
+class TlsStats(NamedTuple):
+    handshakes: int  # TLS connections made to origins and peers
+    resumed: int  # of them, with a session resumed
+
+
 class DnsStats(NamedTuple):
     hits: int  # answered from the hosts file or the cache
     misses: int  # waited for a query
@@ -70,6 +75,7 @@ class CacheStats(NamedTuple):
     partial: PartialStats
     origin_pool: PoolStats
     peer_pool: PoolStats
+    tls: TlsStats
     dns: DnsStats
     access_log_dropped: int
     client_connections: int

@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 from collections import Counter
@@ -28,9 +29,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class Origin:
-    """An aiohttp origin on 127.0.0.1 whose routes each test scripts; it counts requests."""
+    """An aiohttp origin on 127.0.0.1 whose routes each test scripts; it counts requests.
+    With ``tls`` (a server context) it speaks HTTPS."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
         self.handlers: dict[str, Handler] = {}
         self.hits: Counter[str] = Counter()
         self.requests: list[web.Request] = []
@@ -40,8 +43,9 @@ class Origin:
     def route(self, path: str, handler: Handler) -> None:
         self.handlers[path] = handler
 
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{host}:{self.port}{path}"
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         self.hits[request.path] += 1
@@ -56,7 +60,7 @@ class Origin:
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls)
         await site.start()
         server = site._server
         assert server is not None

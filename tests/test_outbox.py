@@ -95,7 +95,7 @@ async def test_an_upstream_connection_sends_a_held_request_before_what_it_writes
     outbox = Outbox(loop)
     try:
         _, conn = await loop.create_connection(
-            lambda: UpstreamConnection(("127.0.0.1", port), "127.0.0.1", outbox=outbox),
+            lambda: UpstreamConnection(("127.0.0.1", port, False), "127.0.0.1", outbox=outbox),
             "127.0.0.1",
             port,
         )

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from harvest_cache.errors import RequestError
 
-_DEFAULT_PORTS = {"http": 80}
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,11 @@ class Target:
     # Made once: a request asks for them several times.
     authority: str = field(init=False, compare=False, repr=False)
     url: str = field(init=False, compare=False, repr=False)
+
+    @property
+    def tls(self) -> bool:
+        """Whether the origin is reached over TLS."""
+        return self.scheme == "https"
 
     def __post_init__(self) -> None:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -54,7 +59,7 @@ _PORT = re.compile(r"[0-9]{1,5}")
 
 
 def parse_absolute(raw: str) -> Target:
-    """Parse an absolute-form request target (RFC 9112 3.2.2); only ``http`` is proxied."""
+    """Parse an absolute-form request target (RFC 9112 3.2.2): ``http`` or ``https``."""
     plain = _PLAIN.fullmatch(raw)
     if plain is None:
         return _parse_absolute(raw)
@@ -123,7 +128,7 @@ def _parse_absolute(raw: str) -> Target:
             raise RequestError(501, f"the {scheme!r} scheme is not supported")
         raise RequestError(400, f"malformed URL {raw!r}")
     if parts.username is not None or parts.password is not None:
-        raise RequestError(400, "user information in an http URL is not allowed")
+        raise RequestError(400, "user information in a URL is not allowed")
     host = _check_host((parts.hostname or "").lower().rstrip("."), raw)
     if port == 0:
         raise RequestError(400, f"port 0 in {raw!r}")

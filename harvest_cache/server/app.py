@@ -6,8 +6,10 @@ import asyncio
 import heapq
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 from harvest_cache.config import Config
@@ -27,6 +29,7 @@ from harvest_cache.stats import CacheStats, DnsStats, PartialStats, StoreStats
 from harvest_cache.store.tiered import TieredStore, open_store
 from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.pool import Pool
+from harvest_cache.upstream.tls import OriginTls
 from harvest_common.dns import Resolver
 from harvest_common.errors import ConfigError
 from harvest_common.tasks import TaskSet
@@ -65,6 +68,32 @@ def effective(old: Config, new: Config) -> tuple[Config, list[str]]:
     return config, changed
 
 
+async def _origin_tls(ca_file: Path | None) -> OriginTls:
+    """The client side of TLS, its trust store read in a thread; ConfigError if the
+    configured bundle cannot be read or holds no certificate."""
+    loop = asyncio.get_running_loop()
+    try:
+        tls, empty = await loop.run_in_executor(None, _load_tls, ca_file)
+    except OSError as e:  # (ssl.SSLError included: not PEM, or no certificate in it)
+        raise ConfigError([f"upstream.tls_ca_file: cannot load {ca_file}: {e}"]) from None
+    if empty:
+        log.warning(
+            "no certificate authorities in the system's trust store (install ca-certificates,"
+            " or set upstream.tls_ca_file): every https:// fetch will be refused"
+        )
+    return tls
+
+
+def _load_tls(ca_file: Path | None) -> tuple[OriginTls, bool]:
+    """The client side of TLS, and whether the system's trust store it uses is empty (its
+    directory is read as certificates are needed, so the store's count alone says little)."""
+    tls = OriginTls(ca_file)
+    if ca_file is not None or tls.authorities:
+        return tls, False
+    directory = ssl.get_default_verify_paths().capath
+    return tls, directory is None or not any(Path(directory).glob("*.0"))
+
+
 def _own_hosts(name: str, listen_host: str) -> frozenset[str]:
     """The host names a request for one of our own pages may use."""
     host = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
@@ -80,6 +109,7 @@ class CacheServer:
         store: TieredStore,
         resolver: Resolver,
         access_log: AccessLog,
+        tls: OriginTls,
     ) -> None:
         self.config = config
         self.traffic = Traffic()
@@ -91,11 +121,17 @@ class CacheServer:
         self.tasks = TaskSet()
         # Whole responses and planned request heads, held to the end of each loop round.
         self.outbox = Outbox(asyncio.get_running_loop())
+        self.tls = tls
         self.pool = Pool(
-            resolver, config.upstream, self.traffic, self.outbox, refused=self._refused_peer
+            resolver,
+            config.upstream,
+            self.traffic,
+            self.outbox,
+            refused=self._refused_peer,
+            tls=tls,
         )
         # Connections to peers apart: requests to them take a different form.
-        self.peer_pool = Pool(resolver, config.upstream, self.traffic, self.outbox)
+        self.peer_pool = Pool(resolver, config.upstream, self.traffic, self.outbox, tls=tls)
         self.neighbours: Neighbours | None = None
         self.digests: Digests | None = None
         self._digest_task: asyncio.Task[None] | None = None
@@ -119,11 +155,12 @@ class CacheServer:
     @classmethod
     async def start(cls, config: Config, loader: Callable[[], Config] | None = None) -> CacheServer:
         """``loader`` reads the configuration again, for reloads (SIGHUP, the admin action)."""
+        tls = await _origin_tls(config.upstream.tls_ca_file)
         store = await open_store(config.cache)
         resolver = await Resolver.open(config.dns)
         rotation = Rotation(config.log.rotate_mb * 1024 * 1024, config.log.rotate_keep)
         access_log = await AccessLog.open(config.log.access_log, rotation=rotation)
-        self = cls(config, store, resolver, access_log)
+        self = cls(config, store, resolver, access_log, tls)
         self.loader = loader
         try:
             await self._listen()
@@ -322,6 +359,7 @@ class CacheServer:
             ),
             origin_pool=self.pool.stats(),
             peer_pool=self.peer_pool.stats(),
+            tls=self.tls.stats(),
             dns=DnsStats(resolver.hits, resolver.misses, resolver.failures),
             access_log_dropped=self.access_log.dropped,
             client_connections=len(self.connections),

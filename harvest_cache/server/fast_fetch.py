@@ -154,7 +154,8 @@ class FastPath:
             return isinstance(holder, FastFetch) and holder.carry(conn, plan, held, fields)
         if not plan.applies(held, conn.client_ip, fields, time.time()):
             return False
-        upstream = self.pool.take_idle(plan.target.host, plan.target.port, conn.client_ip)
+        origin = plan.target
+        upstream = self.pool.take_idle(origin.host, origin.port, origin.tls, conn.client_ip)
         if upstream is None:
             return False
         fetch = FastFetch(self, conn, upstream, key, fields, plan)
@@ -183,7 +184,7 @@ class FastPath:
         memory = self.memory
         if memory.get(url) is not None or memory.on_disk(url):
             return False  # a stored object: the general way
-        upstream = self.pool.take_idle(plan.host, plan.port, conn.client_ip)
+        upstream = self.pool.take_idle(plan.host, plan.port, False, conn.client_ip)
         if upstream is None:
             return False
         fetch = FastFetch(self, conn, upstream, url, key[2], plan, rest=rest)
@@ -208,7 +209,7 @@ class FastPath:
         decision = lookup(asked, held, time.time(), self.heuristics.for_url(key))
         if not isinstance(decision, Revalidate | Fetch):
             return False  # a hit (fresh, or served stale while revalidated behind it)
-        upstream = self.pool.take_idle(target.host, target.port, conn.client_ip)
+        upstream = self.pool.take_idle(target.host, target.port, target.tls, conn.client_ip)
         if upstream is None:
             return False
         fetch = FastFetch(self, conn, upstream, key, (), None)

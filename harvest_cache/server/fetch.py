@@ -365,7 +365,7 @@ class Fetcher:
             def build(hop: Hop) -> OutgoingRequest:
                 head = self.requests.head(req, target, stored, client_ip, alternatives, hop)
                 return OutgoingRequest(
-                    "GET", target.host, target.port, head, client_ip, interim=interim
+                    "GET", target.host, target.port, target.tls, head, client_ip, interim=interim
                 )
 
             timeout = self._config.upstream.read_timeout

@@ -638,7 +638,8 @@ class Proxy:
                     await self._cached(req, target, conn, tx, reply, retried=True)
                     return
                 failure = error
-            tried = failure is not None and failure.denied  # (a refusal: no stale answer)
+            # (a refusal, or a certificate refused: no stale answer)
+            tried = failure is not None and not failure.stale_allowed
             while True:
                 relayed = relay(
                     head,
@@ -992,6 +993,7 @@ class Proxy:
                 req.method,
                 target.host,
                 target.port,
+                target.tls,
                 forwarding.request_head(req.method, request_target(target, hop), fields),
                 conn.client_ip,
                 body=aiter(req.body) if req.body is not None else None,

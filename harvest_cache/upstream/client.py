@@ -15,7 +15,8 @@ OWN_REQUEST = "127.0.0.1"
 
 @dataclass(slots=True)
 class OutgoingRequest:
-    """A request ready for the wire: ``head`` is the complete request head.
+    """A request ready for the wire: ``head`` is the complete request head, sent to
+    ``host:port`` over TLS if ``tls``.
 
     ``body`` yields the decoded request body; ``chunked`` says whether it is sent with
     chunked framing (otherwise ``head`` carries its Content-Length). ``interim`` is told of
@@ -25,6 +26,7 @@ class OutgoingRequest:
     method: str
     host: str
     port: int
+    tls: bool
     head: bytes
     client_ip: str  # the client it is sent for (the pool may refuse some origins for it)
     body: AsyncIterator[bytes] | None = None
@@ -84,11 +86,11 @@ async def send(pool: Pool, req: OutgoingRequest, read_timeout: float) -> Exchang
     when the request has no streamed body (nothing has been consumed that could not be sent
     again).
     """
-    conn = pool.take_idle(req.host, req.port, req.client_ip)
+    conn = pool.take_idle(req.host, req.port, req.tls, req.client_ip)
     while True:
         reused = conn is not None
         if conn is None:
-            conn = await pool.connect(req.host, req.port, req.client_ip)
+            conn = await pool.connect(req.host, req.port, req.tls, req.client_ip)
         conn.begin(req.method == "HEAD", read_timeout, interim=req.interim)
         try:
             await conn.write(req.head)

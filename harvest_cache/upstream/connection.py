@@ -97,13 +97,14 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __init__(
         self,
-        key: tuple[str, int],
+        key: tuple[str, int, bool],
         peer_ip: str,
         *,
         traffic: Traffic | None = None,
         outbox: Outbox | None = None,
     ) -> None:
-        """``outbox``: where request heads sent at once (``send_now``) are held to the end of
+        """``key``: host, port and whether over TLS (its pool's stack); ``outbox``: where
+        request heads sent at once (``send_now``) are held to the end of
         the loop's round (without one they are written at once)."""
         self.key = key
         self.peer_ip = peer_ip
@@ -495,5 +496,7 @@ class UpstreamConnection(asyncio.Protocol):
             self._waiter.set_result(None)
 
     def __repr__(self) -> str:
-        host, port = self.key
-        return f"<UpstreamConnection {host}:{port} via {self.peer_ip} exchanges={self.exchanges}>"
+        host, port, tls = self.key
+        scheme = "https" if tls else "http"
+        where = f"{scheme}://{host}:{port} via {self.peer_ip}"
+        return f"<UpstreamConnection {where} exchanges={self.exchanges}>"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ssl
 import time
 from collections.abc import Callable
 from functools import partial
@@ -21,6 +22,7 @@ from harvest_cache.outbox import Outbox
 from harvest_cache.stats import PoolStats
 from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.connection import UpstreamConnection
+from harvest_cache.upstream.tls import OriginTls
 from harvest_common import errors as shared
 
 _SWEEP_EVERY = 5.0
@@ -40,7 +42,7 @@ Refused = Callable[[str, str], bool]
 
 
 class Pool:
-    """Per-(host, port) stacks of idle connections; the newest is reused first."""
+    """Per-(host, port, TLS or not) stacks of idle connections; the newest is reused first."""
 
     def __init__(
         self,
@@ -49,15 +51,19 @@ class Pool:
         traffic: Traffic | None = None,
         outbox: Outbox | None = None,
         refused: Refused | None = None,
+        *,
+        tls: OriginTls,
     ) -> None:
         """``outbox``: given to the connections made (see UpstreamConnection); ``refused``:
-        whether a client may not be connected to an address (none refused without it)."""
+        whether a client may not be connected to an address (none refused without it);
+        ``tls``: the client side of TLS, for connections that ask for it."""
         self._refused = refused
+        self.tls = tls
         self._resolver = resolver
         self._config = config
         self._traffic = traffic if traffic is not None else Traffic()
         self._outbox = outbox
-        self._idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
+        self._idle: dict[tuple[str, int, bool], list[UpstreamConnection]] = {}
         self._last_sweep = 0.0
         self.opened = 0
         self.reused = 0
@@ -65,9 +71,12 @@ class Pool:
         # report (SRC_RTT) to caches choosing the closest parent.
         self._rtt: dict[str, float] = {}
 
-    def take_idle(self, host: str, port: int, client_ip: str) -> UpstreamConnection | None:
-        """An idle connection to ``host:port`` that the client at ``client_ip`` may use."""
-        stack = self._idle.get((host, port))
+    def take_idle(
+        self, host: str, port: int, tls: bool, client_ip: str
+    ) -> UpstreamConnection | None:
+        """An idle connection to ``host:port`` (over TLS if ``tls``) that the client at
+        ``client_ip`` may use."""
+        stack = self._idle.get((host, port, tls))
         if not stack:
             return None
         if self._refused is not None and self._refused(client_ip, stack[-1].peer_ip):
@@ -84,6 +93,8 @@ class Pool:
     def release(self, conn: UpstreamConnection) -> None:
         """End ``conn``'s exchange: back to the idle stack if it ended cleanly, else closed."""
         reusable = conn.reusable()
+        if conn.key[2]:  # (a session outlives a connection the origin closes)
+            self.tls.keep_session(conn.key[0], conn.transport)
         conn.finish()
         if reusable:
             self.put_idle(conn)
@@ -114,20 +125,29 @@ class Pool:
             else:
                 del self._idle[key]
 
-    async def connect(self, host: str, port: int, client_ip: str) -> UpstreamConnection:
-        """A new HTTP connection to ``host:port`` for the client at ``client_ip``."""
-        conn = await self.open(
-            host,
-            port,
-            partial(UpstreamConnection, (host, port), traffic=self._traffic, outbox=self._outbox),
-            client_ip,
+    async def connect(self, host: str, port: int, tls: bool, client_ip: str) -> UpstreamConnection:
+        """A new HTTP connection to ``host:port`` (over TLS if ``tls``) for the client at
+        ``client_ip``."""
+        factory = partial(
+            UpstreamConnection, (host, port, tls), traffic=self._traffic, outbox=self._outbox
         )
+        conn = await self.open(host, port, factory, client_ip, tls=tls)
         self.opened += 1
         return conn
 
-    async def open(self, host: str, port: int, factory: Callable[[str], P], client_ip: str) -> P:
+    async def open(
+        self,
+        host: str,
+        port: int,
+        factory: Callable[[str], P],
+        client_ip: str,
+        *,
+        tls: bool = False,
+    ) -> P:
         """A new connection speaking ``factory(ip)``'s protocol, trying each address in turn
-        (those the client at ``client_ip`` may be connected to)."""
+        (those the client at ``client_ip`` may be connected to); with ``tls``, over TLS with
+        ``host`` as the server's name, its certificate verified (a certificate refused is
+        not tried at other addresses: it names the server, not the address)."""
         try:
             addresses = await self._resolver.resolve(host)
         except shared.DNSFailure as unresolved:
@@ -143,12 +163,23 @@ class Pool:
             addresses = allowed
         loop = asyncio.get_running_loop()
         failure: UpstreamError | None = None
+        context = self.tls.context if tls else None
+        name = host if tls else None
         for ip in addresses:
             try:
                 started = loop.time()
                 async with asyncio.timeout(self._config.connect_timeout):
-                    _, protocol = await loop.create_connection(partial(factory, ip), ip, port)
-                self._measured(host, loop.time() - started)
+                    transport, protocol = await loop.create_connection(
+                        partial(factory, ip), ip, port, ssl=context, server_hostname=name
+                    )
+                if tls:
+                    self.tls.connected(transport)
+                else:  # (a handshake's time is not the network's round trip)
+                    self._measured(host, loop.time() - started)
+            except ssl.SSLCertVerificationError as e:
+                raise self.tls.failure(host, port, e) from None
+            except ssl.SSLError as e:
+                failure = self.tls.failure(host, port, e)
             except TimeoutError:
                 failure = ConnectTimeout(
                     f"no connection to {host}:{port} within {self._config.connect_timeout:g} s"
