@@ -34,6 +34,7 @@ import aiohttp
 from broker.config import BrokerSettings, CollectionConfig
 from broker.errors import CollectError, StorageError
 from broker.registry import Applied, Registry
+from harvest_common.cache_client import request_class
 from harvest_common.errors import MalformedStream, SoifError
 from harvest_common.soif import Item
 from harvest_common.soif.transport import ACCEPT_ENCODING, BodyDecoder, content_coding
@@ -130,6 +131,7 @@ class Collector:
     async def __aenter__(self) -> Collector:
         self._session = await self._stack.enter_async_context(
             aiohttp.ClientSession(
+                request_class=request_class(self._settings.https_via_proxy),
                 auto_decompress=False,  # decompressed here, step by step
                 headers={
                     "User-Agent": self._settings.user_agent,

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from broker.errors import ConfigError
+from harvest_common.cache_client import HTTPS_VIA_PROXY
 from harvest_common.config import (
     Address,
     address,
     boolean,
+    choice,
     collection_name,
     integer,
     number,
@@ -81,6 +83,13 @@ class BrokerSettings:
         None,
         "A cache (`http://host:port`) that pulls go through when a collection says so.",
         optional_url,
+    )
+    https_via_proxy: str = setting(
+        "absolute",
+        "How pulls from `https://` sources go through broker.proxy: `absolute` asks the cache"
+        " for the URL itself, which it fetches over TLS, verifying the source; `tunnel` opens"
+        " a CONNECT tunnel (for proxies that take only that).",
+        choice(*HTTPS_VIA_PROXY),
     )
     user_agent: str = setting("HarvestBroker/0.1", "User-Agent of the collector's pulls.", text)
     pull_timeout: float = setting(

@@ -63,6 +63,7 @@ def fetch_settings(config: GathererConfig) -> FetchSettings:
     return FetchSettings(
         user_agent=config.user_agent,
         proxy=config.http_proxy,
+        https_via_proxy=config.https_via_proxy,
         timeout=config.fetch_timeout,
         connect_timeout=min(10.0, config.fetch_timeout),
         max_bytes=config.max_document_bytes,

@@ -29,6 +29,7 @@ from gatherer.config.values import Given, Kind, read
 from gatherer.errors import ConfigError
 from gatherer.essence.options import DEFAULT_STOPLIST
 from gatherer.filters import Filter, load_filter, read_text_file, rule_lines
+from harvest_common.cache_client import HTTPS_VIA_PROXY
 from harvest_common.config import Address, nameserver_list
 
 MIB = 1024 * 1024
@@ -158,6 +159,14 @@ def _proxy(value: str, _ctx: Context) -> str:
     return f"http://{parts.netloc.rpartition(':')[0].lower()}:{port}"
 
 
+def _https_via_proxy(value: str, _ctx: Context) -> str:
+    """``absolute`` or ``tunnel`` (any case)."""
+    choice = value.strip().lower()
+    if choice not in HTTPS_VIA_PROXY:
+        raise ValueError(f"expected absolute or tunnel, got {value!r}")
+    return choice
+
+
 def _login(value: tuple[str, str, str], _ctx: Context) -> tuple[str, str, str]:
     host, user, password = value
     if not host or not user:
@@ -228,6 +237,7 @@ HEADERS = (
     Header("Data-Directory", "data_directory", Kind.TEXT, lambda top: top / "data", _path),
     Header("Working-Directory", "working_directory", Kind.TEXT, lambda top: top / "tmp", _path),
     Header("HTTP-Proxy", "http_proxy", Kind.TEXT, _fixed(None), _proxy),
+    Header("HTTPS-Via-Proxy", "https_via_proxy", Kind.TEXT, _fixed("absolute"), _https_via_proxy),
     Header("Refresh-Rate", "refresh_rate", Kind.NUMBER, _fixed(604800.0), _above_zero),
     Header("Time-To-Live", "time_to_live", Kind.NUMBER, _fixed(2592000.0), _above_zero),
     Header("Access-Delay", "access_delay", Kind.NUMBER, _fixed(1.0), _at_least(0)),

@@ -153,8 +153,10 @@ class GathererConfig:
     Identity: ``name``, ``host`` (None: found at run time), ``port``, ``version``.
     Places: ``top_directory``, ``data_directory``, ``working_directory``, and
     ``manual_directory`` (hand-written templates) and ``archive_directory`` (WARC output),
-    None when off. Fetching: ``http_proxy`` (``http://host:port`` or None), ``user_agent``,
-    ``connections_per_host``, ``max_connections``, ``max_document_bytes``, ``max_redirects``,
+    None when off. Fetching: ``http_proxy`` (``http://host:port`` or None),
+    ``https_via_proxy`` (``absolute`` or ``tunnel``: how https:// URLs go through it),
+    ``user_agent``, ``connections_per_host``, ``max_connections``, ``max_document_bytes``,
+    ``max_redirects``,
     ``fetch_timeout`` (seconds), ``ftp_logins`` ((host, user, password) triples).
     Names: ``dns_servers`` (empty: the system's resolvers), ``dns_timeout`` (seconds per
     lookup), ``hosts_file`` (None: no file).
@@ -173,6 +175,7 @@ class GathererConfig:
     data_directory: Path
     working_directory: Path
     http_proxy: str | None
+    https_via_proxy: str
     refresh_rate: float
     time_to_live: float
     access_delay: float

@@ -29,6 +29,7 @@ from gatherer.fetch.body import Body
 from gatherer.fetch.decoding import Decoder
 from gatherer.fetch.result import Fetched, Validators
 from gatherer.fetch.settings import FetchSettings
+from harvest_common.cache_client import request_class
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309 section 2.5: at least 500 KiB are parsed
@@ -71,6 +72,7 @@ class HttpFetcher:
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
+            request_class=request_class(settings.https_via_proxy),
             # The whole fetch is bounded by asyncio.timeout(settings.timeout) instead.
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout),
             auto_decompress=False,  # decoded here, under the max_bytes cap
@@ -165,7 +167,9 @@ class HttpFetcher:
         if session is None:
             raise RuntimeError("HttpFetcher used outside 'async with'")
         headers = _conditional_headers(validators)
-        proxied = self._settings.proxy is not None
+        settings = self._settings
+        proxied = settings.proxy is not None
+        https_absolute = proxied and settings.https_via_proxy == "absolute"
         redirects: list[str] = []
         target = url
         while True:  # bounded: each turn adds a redirect, and there are max_redirects at most
@@ -176,7 +180,14 @@ class HttpFetcher:
                 location = _redirect_location(url, resp)
                 if location is None:
                     return await _complete(
-                        url, target, resp, tuple(redirects), validators, body, proxied=proxied
+                        url,
+                        target,
+                        resp,
+                        tuple(redirects),
+                        validators,
+                        body,
+                        proxied=proxied,
+                        https_absolute=https_absolute,
                     )
                 status = resp.status
             if len(redirects) == max_redirects:
@@ -220,6 +231,7 @@ async def _complete(
     body: Body,
     *,
     proxied: bool,
+    https_absolute: bool,
 ) -> Fetched:
     """The final response (from ``target``) of a fetch of ``url`` as a Fetched (body read),
     or a ``status`` failure."""
@@ -248,7 +260,7 @@ async def _complete(
         last_modified=last_modified,
         modified=_epoch(last_modified),
         redirects=redirects,
-        request_head=_request_head(resp, proxied=proxied),
+        request_head=_request_head(resp, proxied=proxied, https_absolute=https_absolute),
         response_head=_response_head(resp),
         peer=_PEER.get(),
     )
@@ -267,12 +279,12 @@ def _epoch(http_date: str | None) -> float | None:
     return when.timestamp()
 
 
-def _request_head(resp: aiohttp.ClientResponse, *, proxied: bool) -> bytes:
+def _request_head(resp: aiohttp.ClientResponse, *, proxied: bool, https_absolute: bool) -> bytes:
     """The request line and fields as aiohttp sent them (its request_info holds them in
-    order). To a proxy, a plain-HTTP request goes in absolute form; HTTPS is tunnelled, so
-    its target is origin-form."""
+    order). To a proxy, a plain-HTTP request goes in absolute form, and so does an HTTPS one
+    if ``https_absolute`` (else it is tunnelled, and its target is origin-form)."""
     info = resp.request_info
-    absolute = proxied and info.url.scheme == "http"
+    absolute = proxied and (info.url.scheme == "http" or https_absolute)
     target = str(info.url) if absolute else info.url.raw_path_qs
     # (aiohttp's default HTTP/1.1; a proxy credential is left out of the record)
     lines = [f"{info.method} {target} HTTP/1.1"]

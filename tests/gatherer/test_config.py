@@ -111,6 +111,7 @@ def test_empty_file_gives_every_default(tmp_path: Path) -> None:
         "data_directory": tmp_path / "data",
         "working_directory": tmp_path / "tmp",
         "http_proxy": None,
+        "https_via_proxy": "absolute",
         "refresh_rate": 604800.0,
         "time_to_live": 2592000.0,
         "access_delay": 1.0,
@@ -152,6 +153,7 @@ HEADER_CASES = [
     ("Data-Directory: db", "data_directory", "TOP/db"),
     ("Working-Directory: /var/tmp/g", "working_directory", Path("/var/tmp/g")),
     ("HTTP-Proxy: cache.example:3128", "http_proxy", "http://cache.example:3128"),
+    ("HTTPS-Via-Proxy: Tunnel", "https_via_proxy", "tunnel"),
     ("Refresh-Rate: 86400", "refresh_rate", 86400.0),
     ("Time-To-Live: 0.5", "time_to_live", 0.5),
     ("Access-Delay: 0", "access_delay", 0.0),
@@ -456,6 +458,11 @@ ERROR_CASES = [
         "bad-proxy",
         "HTTP-Proxy: https://cache:3128\n",
         ["1: HTTP-Proxy: expected host:port or http://host:port, got 'https://cache:3128'"],
+    ),
+    (
+        "bad-https-via-proxy",
+        "HTTPS-Via-Proxy: connect\n",
+        ["1: HTTPS-Via-Proxy: expected absolute or tunnel, got 'connect'"],
     ),
     (
         "proxy-no-port",

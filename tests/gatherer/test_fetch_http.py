@@ -21,7 +21,14 @@ from gatherer.fetch.http import ROBOTS_MAX_BYTES, HttpFetcher
 from gatherer.fetch.result import Validators
 from gatherer.fetch.settings import FetchSettings
 from harvest_cache.server.app import CacheServer
-from tests.support import Origin, RawServer, free_port, read_request_head, static
+from tests.support import (
+    Origin,
+    RawServer,
+    free_port,
+    read_request_head,
+    static,
+    stop_and_read_log,
+)
 
 MiB = 1024 * 1024
 LAST_MODIFIED = "Mon, 02 Nov 2026 10:00:00 GMT"
@@ -329,6 +336,52 @@ async def test_through_the_harvest_cache(
     assert first.request_head.startswith(f"GET {url} HTTP/1.1\r\n".encode())
     assert first.peer == "127.0.0.1"
     assert b"\r\nVia: " in second.response_head
+
+
+@pytest.mark.parametrize("https_via_proxy", ["absolute", "tunnel"])
+async def test_https_through_the_harvest_cache(
+    make_cache: Callable[..., Awaitable[CacheServer]], tmp_path: Path, https_via_proxy: str
+) -> None:
+    """In absolute form (the default) the cache fetches an https:// URL over TLS and caches
+    it; as a tunnel it relays bytes, and the gatherer verifies the origin itself (here it
+    cannot: the origin's authority is the cache's alone to trust)."""
+    authority = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("origin.harvest.test").configure_cert(context)
+    trusted = tmp_path / "origin-ca.pem"
+    authority.cert_pem.write_to_path(str(trusted))
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 origin.harvest.test\n")
+    origin = Origin(context)
+    await origin.start()
+    try:
+        origin.route("/doc", static(b"secure document", {"Cache-Control": "max-age=60"}))
+        cache = await make_cache(
+            dns={"hosts_file": str(hosts)},
+            upstream={"tls_ca_file": str(trusted)},
+            access={"connect_ports": ["1024-65535"]},
+        )
+        proxy = f"http://127.0.0.1:{cache.address[1]}"
+        url = origin.url("/doc", "origin.harvest.test")
+        overrides = {"proxy": proxy, "https_via_proxy": https_via_proxy}
+        if https_via_proxy == "tunnel":
+            assert (await failure(url, **overrides)).kind == "connect"
+            lines = await stop_and_read_log(cache)
+            assert [line.method for line in lines] == ["CONNECT"]
+            return
+        async with HttpFetcher(settings(**overrides)) as http:
+            first = await http.fetch(url)
+            second = await http.fetch(url)
+        assert first.content == second.content == b"secure document"
+        assert origin.hits["/doc"] == 1  # the second fetch was a cache hit
+        assert first.request_head.startswith(f"GET {url} HTTP/1.1\r\n".encode())
+        lines = await stop_and_read_log(cache)
+        assert [(line.result, line.url) for line in lines] == [
+            ("TCP_MISS", url),
+            ("TCP_MEM_HIT", url),
+        ]
+    finally:
+        await origin.stop()
 
 
 async def test_robots(origin: Origin) -> None:
