@@ -17,6 +17,7 @@ from typing import Any
 import uvloop
 
 from harvest_cache import __version__, control, heap
+from harvest_cache.bump import commands
 from harvest_cache.config import Config, load, reference
 from harvest_cache.errors import HarvestCacheError
 from harvest_cache.hierarchy.peers import peer_flag
@@ -162,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("purge", "reload"):
         return control.main(argv)
+    if argv and argv[0] == "ca":
+        return commands.main(argv[1:])
     args = parser().parse_args(argv)
     if args.config_reference:
         sys.stdout.write(reference())

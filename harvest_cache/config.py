@@ -67,6 +67,23 @@ class RefreshPattern(NamedTuple):
         return f"{case}{self.regex.pattern} {self.min_seconds} {self.percent}% {self.max_seconds}"
 
 
+_DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+
+
+def domains(v: Any) -> tuple[str, ...]:
+    """A list of host names (a leading dot allowed, as Squid's ``dstdomain`` has it), in
+    lower case without the dot; each stands for itself and its subdomains."""
+    if not isinstance(v, list):
+        raise ValueError(f"expected a list of host names, got {v!r}")
+    out = []
+    for item in v:
+        name = item.strip().lower().removeprefix(".").rstrip(".") if isinstance(item, str) else ""
+        if not _DOMAIN.fullmatch(name):
+            raise ValueError(f"expected a host name, got {item!r}")
+        out.append(name)
+    return tuple(out)
+
+
 _PATTERN_KEYS = ("regex", "ignore_case", "min_seconds", "percent", "max_seconds")
 
 
@@ -188,6 +205,12 @@ class AccessConfig:
         " only clients on loopback may, as with Squid's `http_access deny to_localhost`.",
         boolean,
     )
+    bump_allow: tuple[IPNetwork, ...] = setting(
+        networks(["0.0.0.0/0", "::/0"]),
+        "Client networks (CIDR) whose CONNECT tunnels may be intercepted when `bump.enabled`;"
+        " others' are relayed as bytes. Default: every client the proxy serves.",
+        networks,
+    )
     purge: tuple[IPNetwork, ...] = setting(
         networks(["127.0.0.0/8", "::1/128"]),
         "Client networks (CIDR) allowed to send `PURGE` (drop an object from the cache);"
@@ -284,6 +307,52 @@ class UpstreamConfig:
 def optional_address(v: Any) -> Address | None:
     """``HOST:PORT``, or ``"none"`` for no listener."""
     return None if v == "none" else address(v)
+
+
+@dataclass(frozen=True, slots=True)
+class BumpConfig:
+    enabled: bool = setting(
+        False,
+        "Intercept CONNECT tunnels to TLS servers (Squid's `ssl_bump`): their HTTPS requests"
+        " are then answered through the cache like any other, under certificates the cache's"
+        " CA makes for the servers' names. Needs the CA (`harvest-cache ca init`) and clients"
+        " that trust it; only on networks you administer (see docs/https.md). Off: tunnels are"
+        " relayed as bytes.",
+        boolean,
+    )
+    ca_dir: Path | None = setting(
+        None,
+        "Directory of the CA's certificate and key; `none`: `ca` in the cache's directory.",
+        optional_path,
+    )
+    splice_domains: tuple[str, ...] = setting(
+        (),
+        "Server names never intercepted, each with its subdomains (banks, health services,"
+        " apps that pin their certificates): their tunnels are relayed as bytes.",
+        domains,
+    )
+    splice_networks: tuple[IPNetwork, ...] = setting(
+        (),
+        "Server addresses (CIDR) whose tunnels are never intercepted.",
+        networks,
+    )
+    pin_seconds: float = setting(
+        3600.0,
+        "Seconds a server whose client refused the cache's certificate (an app that pins its"
+        " server's, or a client without the CA) is relayed as bytes instead of intercepted.",
+        number(0, 30 * 86400),
+    )
+    certificates: int = setting(
+        1024,
+        "Server certificates the cache keeps in memory (others are read from the CA"
+        " directory's `certificates` or made again).",
+        integer(16, 1_000_000),
+    )
+
+
+def ca_directory(config: Config) -> Path:
+    """Where the interception CA lives."""
+    return config.bump.ca_dir if config.bump.ca_dir is not None else config.cache.dir / "ca"
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,6 +498,7 @@ class Config:
     admin: AdminConfig = field(default_factory=AdminConfig)
     icp: IcpConfig = field(default_factory=IcpConfig)
     hierarchy: HierarchyConfig = field(default_factory=HierarchyConfig)
+    bump: BumpConfig = field(default_factory=BumpConfig)
 
     @property
     def icp_port(self) -> int:

@@ -7,6 +7,7 @@
     ├── store.disk.DiskError     a disk-tier operation failed (the store maps it to a miss)
     ├── store.codec.CorruptRecord a stored record could not be decoded
     ├── DigestError              a peer's cache digest that cannot be read
+    ├── AuthorityError           the interception CA is missing, unreadable or unsafe
     ├── IcpError                 an ICP datagram that is not a message to act on
     │   ├── MalformedIcp         truncated, wrong length or version, URL not NUL-terminated
     │   └── UnknownIcpOpcode     an opcode RFC 2186 does not define (ignored, not answered)
@@ -116,6 +117,11 @@ class LocalDestination(UpstreamError):
     kind = "local_destination"
     denied = True
     stale_allowed = False
+
+
+class AuthorityError(HarvestCacheError):
+    """The certificate authority for interception cannot be made, read or trusted (its key
+    readable by others)."""
 
 
 class DigestError(HarvestCacheError):

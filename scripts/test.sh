@@ -17,6 +17,7 @@ command -v squid >/dev/null || MISSING="$MISSING squid"
 command -v promtool >/dev/null || MISSING="$MISSING prometheus"
 command -v chromium >/dev/null || MISSING="$MISSING chromium"
 command -v ip >/dev/null || MISSING="$MISSING iproute2"
+command -v curl >/dev/null || MISSING="$MISSING curl"
 command -v unshare >/dev/null || MISSING="$MISSING util-linux"
 if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
 if [ -n "$MISSING" ]; then

@@ -12,7 +12,10 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from harvest_cache.config import Config
+from harvest_cache.bump import authority
+from harvest_cache.bump.certificates import Minter
+from harvest_cache.bump.decision import Pins
+from harvest_cache.config import Config, ca_directory
 from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.endpoint import IcpEndpoint
 from harvest_cache.hierarchy.neighbours import Neighbours
@@ -21,6 +24,7 @@ from harvest_cache.outbox import Outbox
 from harvest_cache.server.accesslog import AccessLog, Rotation
 from harvest_cache.server.acl import address_in
 from harvest_cache.server.admin import AdminServer
+from harvest_cache.server.bumping import Bumper, bump_rules
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.partials import PartialStore
 from harvest_cache.server.proxy import Proxy, heuristic_rules
@@ -47,6 +51,7 @@ _FIXED: dict[str, tuple[str, ...] | None] = {
     "log": ("access_log",),
     "dns": None,
     "upstream": None,
+    "bump": ("enabled", "ca_dir", "certificates"),
 }
 
 
@@ -66,6 +71,17 @@ def effective(old: Config, new: Config) -> tuple[Config, list[str]]:
         changed.append("the ICP port (peers now queried over ICP, or none)")
         config = replace(config, icp=replace(config.icp, port=old.icp_port))
     return config, changed
+
+
+async def _minter(config: Config) -> Minter:
+    """The interception CA's certificate maker (its files read in a thread);
+    AuthorityError if there is no CA, or its key is not safe."""
+    directory = ca_directory(config)
+
+    def load() -> Minter:
+        return Minter(authority.load(directory), directory / "certificates")
+
+    return await asyncio.get_running_loop().run_in_executor(None, load)
 
 
 async def _origin_tls(ca_file: Path | None) -> OriginTls:
@@ -110,7 +126,9 @@ class CacheServer:
         resolver: Resolver,
         access_log: AccessLog,
         tls: OriginTls,
+        minter: Minter | None = None,
     ) -> None:
+        """``minter``: the CA's certificate maker, when CONNECT tunnels are intercepted."""
         self.config = config
         self.traffic = Traffic()
         self.store = store
@@ -132,6 +150,16 @@ class CacheServer:
         )
         # Connections to peers apart: requests to them take a different form.
         self.peer_pool = Pool(resolver, config.upstream, self.traffic, self.outbox, tls=tls)
+        self.bumper: Bumper | None = None
+        if minter is not None:
+            self.bumper = Bumper(
+                bump_rules(config),
+                Pins(config.bump.pin_seconds),
+                minter,
+                config.bump.certificates,
+                self.pool,
+                self._bumped_connection,
+            )
         self.neighbours: Neighbours | None = None
         self.digests: Digests | None = None
         self._digest_task: asyncio.Task[None] | None = None
@@ -156,11 +184,12 @@ class CacheServer:
     async def start(cls, config: Config, loader: Callable[[], Config] | None = None) -> CacheServer:
         """``loader`` reads the configuration again, for reloads (SIGHUP, the admin action)."""
         tls = await _origin_tls(config.upstream.tls_ca_file)
+        minter = await _minter(config) if config.bump.enabled else None
         store = await open_store(config.cache)
         resolver = await Resolver.open(config.dns)
         rotation = Rotation(config.log.rotate_mb * 1024 * 1024, config.log.rotate_keep)
         access_log = await AccessLog.open(config.log.access_log, rotation=rotation)
-        self = cls(config, store, resolver, access_log, tls)
+        self = cls(config, store, resolver, access_log, tls, minter)
         self.loader = loader
         try:
             await self._listen()
@@ -217,7 +246,10 @@ class CacheServer:
 
             self.digests = Digests(hierarchy, self.store, heuristics.for_url, fetch)
         own = (_own_hosts(self.name, self.address[0]), self.address[1])
-        return Proxy(
+        if self.bumper is not None:
+            self.bumper.rules = bump_rules(config)
+            self.bumper.pins.seconds = config.bump.pin_seconds
+        proxy = Proxy(
             config,
             self.name,
             self.store,
@@ -231,6 +263,8 @@ class CacheServer:
             self.digests,
             own,
         )
+        proxy.bumper = self.bumper
+        return proxy
 
     async def _start_hierarchy(self) -> None:
         assert self.proxy is not None
@@ -320,6 +354,20 @@ class CacheServer:
             await queries.open(host, 0)
             self.icp_queries = queries
         log.info("ICP on %s:%d", host, port)
+
+    def _bumped_connection(self, origin: bytes) -> ClientConnection:
+        """A connection for an intercepted tunnel's requests, to ``origin``."""
+        assert self.proxy is not None
+        conn = ClientConnection(
+            self.config,
+            self.proxy,
+            self.tasks,
+            self.connections.discard,
+            outbox=self.outbox,
+            origin=origin,
+        )
+        self.connections.add(conn)
+        return conn
 
     def _new_connection(self) -> asyncio.Protocol:
         assert self.proxy is not None
@@ -412,6 +460,7 @@ class CacheServer:
     async def _close_parts(self) -> None:
         self.pool.close()
         self.peer_pool.close()
+        self.tls.close()
         await self.access_log.close()
         await self.resolver.close()
         await self.store.close()

@@ -70,10 +70,14 @@ class ClientConnection(asyncio.Protocol):
         *,
         refuse: bool = False,
         outbox: Outbox | None = None,
+        origin: bytes | None = None,
     ) -> None:
         """``outbox``: where whole responses are held to the end of the loop's round (without
-        one they are written at once)."""
+        one they are written at once). ``origin`` (``https://host:port``): the connection is
+        an intercepted tunnel's, whose requests come in origin form for that origin alone
+        (they are taken as its absolute URLs)."""
         self._config = config.server
+        self.origin = origin
         self.handler = handler
         self._tasks = tasks
         self._on_close = on_close
@@ -136,7 +140,9 @@ class ClientConnection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
-        self._fileno = sock.fileno() if sock is not None else -1
+        # (never sendfile under TLS: the kernel would send the body in the clear)
+        tls = transport.get_extra_info("ssl_object") is not None
+        self._fileno = sock.fileno() if sock is not None and not tls else -1
         peer = transport.get_extra_info("peername")
         self.client_ip = peer[0] if peer else "-"
         self.client_bytes = self.client_ip.encode()
@@ -190,7 +196,8 @@ class ClientConnection(asyncio.Protocol):
         fresh = False  # this read begins a request while none is being answered
         if not self._in_head and self._current is None:
             if not self.busy:
-                if self._answer_unparsed(data):
+                # (an intercepted tunnel's heads are in origin form: they are not memoised)
+                if self.origin is None and self._answer_unparsed(data):
                     return
                 fresh = True
             self._start_head()
@@ -230,7 +237,13 @@ class ClientConnection(asyncio.Protocol):
             # One head that came alone in one read, and was answered: these bytes will parse
             # the same way again.
             answered = self._answered
-            if fresh and self._heads_read == 1 and answered is not None and not self._in_head:
+            if (
+                fresh
+                and self._heads_read == 1
+                and answered is not None
+                and not self._in_head
+                and self.origin is None
+            ):
                 if self._again:
                     self.handler.heads.add(data, answered)
                 self.handler.heads.add_fields(data, answered)
@@ -286,6 +299,10 @@ class ClientConnection(asyncio.Protocol):
             self._start_head()
 
     def on_url(self, url: bytes) -> None:
+        if self.origin is not None and not self._url:
+            if not url.startswith(b"/"):
+                raise RequestError(400, "a request in an intercepted tunnel is in origin form")
+            self._url += self.origin
         self._url += url
         if len(self._url) > self._config.max_request_line:
             raise RequestError(414, "request line too long")
@@ -470,6 +487,22 @@ class ClientConnection(asyncio.Protocol):
     async def drain(self) -> None:
         if not self._writable.is_set():
             await self._writable.wait()
+
+    def hold_input(self) -> None:
+        """Leave what the client sends in its socket until the connection is handed over
+        or a tunnel attached (an intercepted tunnel's first flight is peeked at there)."""
+        self._pause_reading()
+
+    def hand_over(self) -> asyncio.Transport | None:
+        """Give up the client's socket, and end this connection without closing it: an
+        intercepted tunnel's TLS takes it over, with a connection of its own above."""
+        transport, self.transport = self.transport, None
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._on_close(self)
+        return transport
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:

@@ -61,6 +61,7 @@ from harvest_cache.http.target import Target, parse_absolute, parse_authority
 from harvest_cache.http.vary import vary_key
 from harvest_cache.server.accesslog import AccessLog, Hierarchy
 from harvest_cache.server.acl import Access
+from harvest_cache.server.bumping import Bumper
 from harvest_cache.server.connection import Answered, ClientConnection
 from harvest_cache.server.fast_fetch import FastPath
 from harvest_cache.server.fetch import (
@@ -170,6 +171,8 @@ class Proxy:
         self._fetcher = Fetcher(config, name, store, router, tasks.spawn)
         self.partials = partials
         self._refreshing: set[str] = set()  # keys revalidated in the background
+        # Intercepts CONNECT tunnels when bump.enabled (the server's, set after it is made).
+        self.bumper: Bumper | None = None
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
         # Prepared hits' bodies are the memory tier's while they are valid, so a bound of the
@@ -513,7 +516,14 @@ class Proxy:
         traffic = self._traffic
         traffic.tunnels_open += 1
         try:
-            stats = await open_tunnel(host, port, conn, self._pool)
+            if self.bumper is None:
+                stats = await open_tunnel(host, port, conn, self._pool)
+            else:
+                spliced = await self.bumper.tunnel(host, port, conn)
+                if spliced is None:  # bumped: its requests are logged as they come
+                    tx.result, tx.hierarchy, tx.status = "NONE", Hierarchy.HIER_NONE, 200
+                    return
+                stats = spliced
         finally:
             traffic.tunnels_open -= 1
         traffic.tunnel_bytes += stats.to_client + stats.to_server

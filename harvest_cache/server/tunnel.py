@@ -91,10 +91,19 @@ class _ServerSide(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def open_tunnel(host: str, port: int, conn: ClientConnection, pool: Pool) -> TunnelStats:
-    """Connect to ``host:port``, answer 200, and relay until both sides close."""
-    server = await pool.open(host, port, lambda ip: _ServerSide(ip, conn), conn.client_ip)
-    conn.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+async def open_tunnel(
+    host: str, port: int, conn: ClientConnection, pool: Pool, *, answered: bool = False
+) -> TunnelStats:
+    """Connect to ``host:port``, answer 200 (unless ``answered`` already: a failure to
+    connect then closes the client's connection), and relay until both sides close."""
+    try:
+        server = await pool.open(host, port, lambda ip: _ServerSide(ip, conn), conn.client_ip)
+    except BaseException:
+        if answered:
+            conn.close()
+        raise
+    if not answered:
+        conn.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
     conn.attach_tunnel(server.from_client, server.client_eof, server.client_writable)
     try:
         await server.done

@@ -193,6 +193,13 @@ class Pool:
                 return protocol
         raise failure or ConnectRefused(f"{host} has no address")
 
+    async def addresses(self, host: str) -> list[str]:
+        """The addresses ``host`` resolves to (none if it does not)."""
+        try:
+            return await self._resolver.resolve(host)
+        except shared.DNSFailure:
+            return []
+
     def stats(self) -> PoolStats:
         return PoolStats(self.opened, self.reused)
 

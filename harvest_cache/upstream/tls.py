@@ -102,6 +102,11 @@ class OriginTls:
         if len(sessions) > _MAX_SESSIONS:
             sessions.popitem(last=False)
 
+    def close(self) -> None:
+        """Forget the sessions (each refers to the context that holds it: a cycle that
+        only the garbage collector would break)."""
+        self._sessions.clear()
+
     def failure(self, host: str, port: int, error: ssl.SSLError) -> UpstreamError:
         """The typed error for a failed handshake with ``host:port`` (logged; the proxy
         counts it among the upstream errors, by kind)."""

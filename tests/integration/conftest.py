@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from blockbuster import blockbuster_ctx
+
+from tests.tls_support import Trust, make_trust
 
 
 @pytest.fixture(autouse=True)
@@ -20,3 +23,9 @@ def no_blocking_calls() -> Iterator[None]:
             "harvest_cache/server/connection.py", "write_paged"
         )
         yield
+
+
+@pytest.fixture
+def trust(tmp_path: Path) -> Trust:
+    """An origin CA the cache under test is told to trust (tests.tls_support)."""
+    return make_trust(tmp_path)

@@ -1,0 +1,1 @@
+"""Intercepting CONNECT tunnels: the CA, the certificates it mints, what to bump."""
