@@ -350,6 +350,46 @@ class CacheCollector:
                 (),
                 {(): stats.unexpected_icp_replies},
             )
+        bump = stats.bump
+        if bump is not None:
+            yield _counter(
+                "harvest_cache_tunnels_bumped",
+                "CONNECT tunnels intercepted (their requests are counted as any others).",
+                (),
+                {(): bump.bumped},
+            )
+            yield _counter(
+                "harvest_cache_tunnels_spliced",
+                "CONNECT tunnels relayed as bytes while interception is on, by reason: client"
+                " (outside access.bump_allow), domain, network, not-tls, pinned.",
+                ("reason",),
+                {(reason,): n for reason, n in bump.spliced.items()},
+            )
+            yield _counter(
+                "harvest_cache_bump_certificates_minted",
+                "Server certificates the cache's CA made.",
+                (),
+                {(): bump.minted},
+            )
+            yield _counter(
+                "harvest_cache_bump_handshake_failures",
+                "Client TLS handshakes in intercepted tunnels that failed, by whether the client"
+                " refused the certificate (its server is then spliced for bump.pin_seconds).",
+                ("refused",),
+                {("yes",): bump.refused, ("no",): bump.failed},
+            )
+            yield _gauge(
+                "harvest_cache_bump_certificates",
+                "Server certificates held in memory.",
+                (),
+                {(): bump.certificates},
+            )
+            yield _gauge(
+                "harvest_cache_bump_pinned_servers",
+                "Servers whose tunnels are spliced because a client refused the certificate.",
+                (),
+                {(): bump.pinned},
+            )
         digests = stats.digests
         if digests is not None:
             yield _gauge(

@@ -35,6 +35,18 @@ class TlsStats(NamedTuple):
     resumed: int  # of them, with a session resumed
 
 
+class BumpStats(NamedTuple):
+    """What interception of CONNECT tunnels did (bump.enabled)."""
+
+    bumped: int  # tunnels intercepted
+    spliced: dict[str, int]  # tunnels relayed, by reason
+    minted: int  # server certificates made
+    refused: int  # handshakes a client refused (its server then spliced for a while)
+    failed: int  # other failed client handshakes
+    certificates: int  # server certificates held in memory
+    pinned: int  # servers spliced because their clients refused the certificate
+
+
 class DnsStats(NamedTuple):
     hits: int  # answered from the hosts file or the cache
     misses: int  # waited for a query
@@ -76,6 +88,7 @@ class CacheStats(NamedTuple):
     origin_pool: PoolStats
     peer_pool: PoolStats
     tls: TlsStats
+    bump: BumpStats | None  # None: tunnels are not intercepted
     dns: DnsStats
     access_log_dropped: int
     client_connections: int

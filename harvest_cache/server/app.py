@@ -408,6 +408,7 @@ class CacheServer:
             origin_pool=self.pool.stats(),
             peer_pool=self.peer_pool.stats(),
             tls=self.tls.stats(),
+            bump=self.bumper.stats() if self.bumper is not None else None,
             dns=DnsStats(resolver.hits, resolver.misses, resolver.failures),
             access_log_dropped=self.access_log.dropped,
             client_connections=len(self.connections),

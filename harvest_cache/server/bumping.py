@@ -27,7 +27,6 @@ import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from harvest_cache.bump.certificates import Minter, Template, template_from
 from harvest_cache.bump.client_hello import (
@@ -43,6 +42,7 @@ from harvest_cache.config import Config
 from harvest_cache.errors import UpstreamError
 from harvest_cache.server.connection import ClientConnection
 from harvest_cache.server.tunnel import TunnelStats, open_tunnel
+from harvest_cache.stats import BumpStats
 from harvest_cache.upstream.pool import Pool
 
 log = logging.getLogger("harvest_cache")
@@ -65,22 +65,6 @@ def bump_rules(config: Config) -> Rules:
     return Rules(config.access.bump_allow, config.bump.splice_domains, config.bump.splice_networks)
 
 
-@dataclass(slots=True)
-class BumpStats:
-    """What interception did, for the metrics."""
-
-    bumped: int = 0
-    spliced: dict[str, int] | None = None  # by reason
-    minted: int = 0
-    refused: int = 0  # handshakes the client refused (its server then pinned)
-    failed: int = 0  # other failed client handshakes
-
-    def splice(self, reason: str) -> None:
-        if self.spliced is None:
-            self.spliced = {}
-        self.spliced[reason] = self.spliced.get(reason, 0) + 1
-
-
 class Bumper:
     """Bumps or splices the CONNECT tunnels of one cache (kept across reloads)."""
 
@@ -101,7 +85,22 @@ class Bumper:
         self._connections = connections
         self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
         self._making: dict[str, asyncio.Future[ssl.SSLContext]] = {}
-        self.stats = BumpStats()
+        self.bumped = 0
+        self.spliced: dict[str, int] = {}
+        self.minted = 0
+        self.refused = 0  # handshakes the client refused (its server then pinned)
+        self.failed = 0  # other failed client handshakes
+
+    def stats(self) -> BumpStats:
+        return BumpStats(
+            self.bumped,
+            dict(self.spliced),
+            self.minted,
+            self.refused,
+            self.failed,
+            len(self._contexts),
+            len(self.pins),
+        )
 
     async def tunnel(self, host: str, port: int, conn: ClientConnection) -> TunnelStats | None:
         """Answer the CONNECT to ``host:port``, then splice or bump; the tunnel's numbers if
@@ -113,7 +112,7 @@ class Bumper:
         ips = await self._pool.addresses(host) if self.rules.splice_networks else []
         decision = decide(hello, host, ips, conn.client_ip, self.rules, self.pins, time.time())
         if isinstance(decision, Splice):
-            self.stats.splice(decision.reason)
+            self.spliced[decision.reason] = self.spliced.get(decision.reason, 0) + 1
             return await open_tunnel(host, port, conn, self._pool, answered=True)
         await self._bump(decision, port, conn)
         return None
@@ -175,10 +174,10 @@ class Bumper:
             transport.close()
             bumped.connection_lost(None)
             if not _refused(e):
-                self.stats.failed += 1
+                self.failed += 1
                 return
             self.pins.refused(name, time.time())
-            self.stats.refused += 1
+            self.refused += 1
             why = getattr(e, "reason", None) or type(e).__name__
             log.info(
                 "a client at %s refused the certificate for %s (%s): its tunnels to it"
@@ -193,7 +192,7 @@ class Bumper:
             transport.close()
             bumped.connection_lost(None)
             return
-        self.stats.bumped += 1
+        self.bumped += 1
         bumped.connection_made(tls)
 
     async def _context(self, name: str, port: int, client_ip: str) -> ssl.SSLContext:
@@ -234,7 +233,7 @@ class Bumper:
         self._pool.put_idle(upstream)  # (the first request in the tunnel takes it)
         template = template_from(der, name, now)
         context = await loop.run_in_executor(None, self._keep, name, template)
-        self.stats.minted += 1
+        self.minted += 1
         return context
 
     def _keep(self, name: str, template: Template) -> ssl.SSLContext:
@@ -249,7 +248,7 @@ class Bumper:
         made for this tunnel (the next one tries the origin again)."""
         loop = asyncio.get_running_loop()
         template = template_from(None, name, datetime.datetime.now(datetime.UTC))
-        self.stats.minted += 1
+        self.minted += 1
         return await loop.run_in_executor(
             None, lambda: self._minter.make(name, template, keep=False)
         )

@@ -16,6 +16,7 @@ import trustme
 from harvest_cache.bump import authority
 from harvest_cache.errors import AuthorityError
 from harvest_cache.server.app import CacheServer
+from tests.integration.test_metrics import delta, scrape
 from tests.support import (
     MakeCache,
     Origin,
@@ -108,8 +109,13 @@ async def test_a_bumped_tunnels_requests_go_through_the_cache(
         cache = await bump_cache(make_cache, trust, tmp_path / "ca")
         client = trusting(await ca_pem(tmp_path / "ca"))
         where = f"{HOST}:{origin.port}"
+        before = await scrape(cache)
         shown, first = await through_tunnel(cache, where, client, HOST, ["/page", "/other"])
         _, second = await through_tunnel(cache, where, client, HOST, ["/page"])
+        after = await scrape(cache)
+        assert delta(before, after, "harvest_cache_tunnels_bumped_total") == 2
+        assert delta(before, after, "harvest_cache_bump_certificates_minted_total") == 1
+        assert delta(before, after, "harvest_cache_hits_total", tier="memory") == 1
         assert [(r.status, r.body) for r in first + second] == [
             (200, PAGE),
             (200, b"other"),
@@ -120,7 +126,7 @@ async def test_a_bumped_tunnels_requests_go_through_the_cache(
         assert by_the_cache(shown)
         assert names_of(shown) == [HOST, OTHER]
         assert cache.bumper is not None
-        assert (cache.bumper.stats.bumped, cache.bumper.stats.minted) == (2, 1)
+        assert (cache.bumper.bumped, cache.bumper.minted) == (2, 1)
         lines = await stop_and_read_log(cache)
     url = f"https://{where}"
     assert [(line.result, line.method, line.url) for line in lines] == [
@@ -179,7 +185,9 @@ async def test_what_is_spliced_keeps_the_origins_own_certificate(
         assert not by_the_cache(shown)
         assert origin.hits["/page"] == 2  # relayed, not cached
         assert cache.bumper is not None
-        assert cache.bumper.stats.spliced == {reason: 1}
+        assert cache.bumper.spliced == {reason: 1}
+        scraped = await scrape(cache)
+        assert scraped.get("harvest_cache_tunnels_spliced_total", reason=reason) == 1
         lines = await stop_and_read_log(cache)
     assert [(line.result, line.method) for line in lines] == [("TCP_TUNNEL", "CONNECT")]
 
@@ -200,7 +208,7 @@ async def test_bytes_that_are_not_tls_are_relayed(
         writer.close()
     assert (answer.status, answer.body) == (200, b"plain http in a tunnel")
     assert cache.bumper is not None
-    assert cache.bumper.stats.spliced == {"not-tls": 1}
+    assert cache.bumper.spliced == {"not-tls": 1}
 
 
 async def test_a_client_refusing_the_certificate_has_its_server_spliced(
@@ -216,14 +224,14 @@ async def test_a_client_refusing_the_certificate_has_its_server_spliced(
             await through_tunnel(cache, where, pinned, HOST, ["/page"])
         assert cache.bumper is not None
         for _ in range(100):  # (bounded: the cache reads the client's alert)
-            if cache.bumper.stats.refused:
+            if cache.bumper.refused:
                 break
             await asyncio.sleep(0.01)
-        assert cache.bumper.stats.refused == 1
+        assert cache.bumper.refused == 1
         shown, answers = await through_tunnel(cache, where, pinned, HOST, ["/page"])
         assert answers[0].body == PAGE
         assert not by_the_cache(shown)
-        assert cache.bumper.stats.spliced == {"pinned": 1}
+        assert cache.bumper.spliced == {"pinned": 1}
 
 
 async def test_an_origin_failing_verification_gets_an_error_page_in_the_tunnel(
@@ -277,7 +285,7 @@ async def test_a_flood_of_server_names_stays_within_its_bounds(
             _, answers = await through_tunnel(cache, f"{name}:{origin.port}", client, name, ["/"])
             assert answers[0].body == b"flood"
         assert cache.bumper is not None
-        assert cache.bumper.stats.minted == 80
+        assert cache.bumper.minted == 80
         assert len(cache.bumper._contexts) == 16
     kept = list((tmp_path / "ca" / "certificates").glob("n*.pem"))
     assert len(kept) <= 64
