@@ -298,8 +298,9 @@ class UpstreamConfig:
     )
     tls_ca_file: Path | None = setting(
         None,
-        "PEM bundle of the certificate authorities that `https://` origins' certificates are"
-        " checked against, instead of the system's trust store; `none` for the system's.",
+        "PEM bundle of the certificate authorities that `https://` origins' (and `tls` peers')"
+        " certificates are checked against, instead of the system's trust store; `none` for"
+        " the system's.",
         optional_path,
     )
 
@@ -429,8 +430,9 @@ class HierarchyConfig:
         " `icp_port` (3130; 0: no ICP), `role` (`parent` or `sibling`), `weight` (1),"
         " `domains` (the only domains it serves; a parent with domains gets their requests"
         " alone), `name` (host:port) and the flags `no_query`, `default`, `round_robin`,"
-        " `closest_only`, `proxy_only` (keep nothing it sends) and `no_digest`. See"
-        " docs/hierarchy.md.",
+        " `closest_only`, `proxy_only` (keep nothing it sends), `no_digest` and `tls` (reached"
+        " over TLS, its certificate checked against upstream.tls_ca_file or the system's"
+        " store). See docs/hierarchy.md.",
         peer_list,
     )
     always_direct: tuple[DirectRule, ...] = setting(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Role = Literal["parent", "sibling"]
-OPTIONS = ("no_query", "default", "round_robin", "closest_only", "proxy_only", "no_digest")
+OPTIONS = ("no_query", "default", "round_robin", "closest_only", "proxy_only", "no_digest", "tls")
 _PEER_KEYS = ("name", "host", "http_port", "icp_port", "role", "weight", "domains", *OPTIONS)
 _RULE_KEYS = ("url_regex", "domain", "method")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -63,6 +63,7 @@ class Peer:
     closest_only: bool = False
     proxy_only: bool = False
     no_digest: bool = False
+    tls: bool = False  # reached over TLS, its certificate verified (Squid's cache_peer ... tls)
 
     @property
     def parent(self) -> bool:
@@ -170,7 +171,8 @@ def _flag(v: Any, key: str) -> bool:
 
 def peer_list(v: Any) -> tuple[Peer, ...]:
     """``[[hierarchy.peers]]``: ``{name?, host, http_port?, icp_port?, role?, weight?,
-    domains?, no_query?, default?, round_robin?, closest_only?, proxy_only?, no_digest?}``."""
+    domains?, no_query?, default?, round_robin?, closest_only?, proxy_only?, no_digest?,
+    tls?}``."""
     peers = _each_table(v, "peers", _PEER_KEYS, _peer)
     names = [p.name for p in peers]
     twice = sorted({n for n in names if names.count(n) > 1})

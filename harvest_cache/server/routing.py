@@ -90,7 +90,7 @@ class Router:
             out = build(hop)
             peer = hop.peer
             if peer is not None:
-                out.host, out.port, out.tls = peer.host, peer.http_port, False
+                out.host, out.port, out.tls = peer.host, peer.http_port, peer.tls
             pool = self._origins if peer is None else self._peers
             request_time = time.time()
             try:
@@ -127,7 +127,7 @@ async def fetch_internal(
     head = (
         f"GET http://{authority}{path} HTTP/1.1\r\nHost: {authority}\r\nVia: 1.1 {name}\r\n\r\n"
     ).encode("latin-1")
-    out = OutgoingRequest("GET", peer.host, peer.http_port, False, head, OWN_REQUEST)
+    out = OutgoingRequest("GET", peer.host, peer.http_port, peer.tls, head, OWN_REQUEST)
     exchange = await send(pool, out, read_timeout)
     if exchange.head.status != 200:
         exchange.abort()

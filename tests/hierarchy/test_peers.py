@@ -109,6 +109,7 @@ def test_peer_every_key_given() -> None:
         closest_only=True,
         proxy_only=True,
         no_digest=True,
+        tls=True,
     )
     assert peer == Peer(
         "up-1",
@@ -122,6 +123,7 @@ def test_peer_every_key_given() -> None:
         closest_only=True,
         proxy_only=True,
         no_digest=True,
+        tls=True,
     )
     assert not peer.parent
 
@@ -255,7 +257,7 @@ def test_an_item_that_is_not_a_table() -> None:
 def test_unknown_keys_are_all_named_with_the_known_ones() -> None:
     message = problem([{"host": "p.example", "colour": "red", "address": "x"}])
     assert message.startswith("peers 1: unknown key address, colour (known: name, host, ")
-    assert "no_digest)" in message
+    assert "no_digest, tls)" in message
 
 
 def test_several_bad_tables_are_reported_together() -> None:

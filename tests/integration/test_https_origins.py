@@ -6,6 +6,7 @@ sessions are resumed; every kind of verification failure a 502 that says why."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ssl
 from pathlib import Path
@@ -243,3 +244,71 @@ async def test_concurrent_requests_for_one_https_url_share_one_fetch(
         answers = await asyncio.gather(*waiting)
         assert [(a.status, a.body) for a in answers] == [(200, b"shared")] * 5
         assert origin.hits["/slow"] == 1
+
+
+class TlsFront:
+    """TLS in front of a plain listener (as stunnel or a load balancer would be): each
+    connection's bytes relayed to ``port`` once its handshake is done."""
+
+    def __init__(self, context: ssl.SSLContext, port: int) -> None:
+        self.context = context
+        self.port = port
+        self.handshakes = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> int:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0, ssl=self.context)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.handshakes += 1
+        back_reader, back_writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                for _ in range(100_000):  # (bounded: until either side closes)
+                    data = await src.read(65536)
+                    if not data:
+                        break
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pump(reader, back_writer), pump(back_reader, writer))
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+async def test_a_parent_reached_over_tls(
+    make_cache: MakeCache, trust: Trust, origin: Origin, tmp_path: Path, trusted: bool
+) -> None:
+    origin.route("/p", static(b"through the parent", {"Cache-Control": "max-age=60"}))
+    parent = await make_cache(server={"name": "parent-cache"}, cache={"dir": str(tmp_path / "p")})
+    issuer = trust.ca if trusted else trustme.CA()
+    front = TlsFront(trust.context(issuer.issue_cert("parent.harvest.test")), parent.address[1])
+    hosts = tmp_path / "child-hosts"
+    hosts.write_text("127.0.0.1 parent.harvest.test\n")
+    async with front as port:
+        peer = {"host": "parent.harvest.test", "http_port": port, "icp_port": 0, "tls": True}
+        child = await https_cache(
+            make_cache,
+            trust,
+            dns={"hosts_file": str(hosts)},
+            hierarchy={"peers": [peer], "never_direct": [{}]},
+            cache={"dir": str(tmp_path / "c")},
+        )
+        answer = await get(child, origin.url("/p"))
+    if trusted:
+        assert (answer.status, answer.body) == (200, b"through the parent")
+        assert origin.hits["/p"] == 1
+        assert "parent-cache" in (answer.get("Via") or "")
+        assert front.handshakes >= 1
+        assert trust.server_names[-1] == "parent.harvest.test"
+    else:
+        assert answer.status == 504  # never_direct, and the only parent refused
+        assert "parent.harvest.test" in answer.text
+        assert "is not trusted" in answer.text
+        assert origin.hits["/p"] == 0
