@@ -9,7 +9,8 @@ PY=${PYTHON:-python3.11}
 # Real servers and tools some tests run (Debian's packages): Squid, to compare caching
 # behaviour and to peer with over ICP; promtool (in the prometheus package), to check metrics;
 # Chromium, headless, to drive the broker's search page and to browse through the cache;
-# iproute2, to bring up loopback in the namespace.
+# iproute2, to bring up loopback in the namespace; curl, a client of the cache's HTTPS
+# interception; certutil (libnss3-tools), to make Chromium trust the cache's CA.
 if ! command -v squid >/dev/null && [ -x /usr/sbin/squid ]; then export PATH="$PATH:/usr/sbin"; fi
 if ! command -v ip >/dev/null && [ -x /usr/sbin/ip ]; then export PATH="$PATH:/usr/sbin"; fi
 MISSING=""
@@ -18,6 +19,7 @@ command -v promtool >/dev/null || MISSING="$MISSING prometheus"
 command -v chromium >/dev/null || MISSING="$MISSING chromium"
 command -v ip >/dev/null || MISSING="$MISSING iproute2"
 command -v curl >/dev/null || MISSING="$MISSING curl"
+command -v certutil >/dev/null || MISSING="$MISSING libnss3-tools"
 command -v unshare >/dev/null || MISSING="$MISSING util-linux"
 if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
 if [ -n "$MISSING" ]; then

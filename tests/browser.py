@@ -79,9 +79,19 @@ def command(profile: Path, proxy: str | None = None) -> list[str]:
 
 
 @contextmanager
-def chromium(scratch: Path, proxy: str | None = None) -> Iterator[int]:
-    """A headless Chromium with its profile and log under ``scratch``;
-    yields its DevTools port. Ended (its whole process group) at the end."""
+def chromium(
+    scratch: Path, proxy: str | None = None, trusted: tuple[Path, ...] = ()
+) -> Iterator[int]:
+    """A headless Chromium with its profile and log under ``scratch``, trusting the CA
+    certificates (PEM files) ``trusted`` besides the system's; yields its DevTools port.
+    Ended (its whole process group) at the end."""
+    home = scratch / "home"
+    nss = home / ".pki" / "nssdb"  # (where Chromium on Linux reads the user's CAs)
+    nss.mkdir(parents=True)
+    if trusted:
+        _certutil("-N", "-d", f"sql:{nss}", "--empty-password")
+        for n, pem in enumerate(trusted):
+            _certutil("-A", "-d", f"sql:{nss}", "-t", "C,,", "-n", f"test CA {n}", "-i", str(pem))
     profile = scratch / "profile"
     (profile / "no-models").mkdir(parents=True)
     # Its singleton socket goes in TMPDIR: a directory of its own, removed at the end, with a
@@ -94,7 +104,7 @@ def chromium(scratch: Path, proxy: str | None = None) -> Iterator[int]:
             command(profile, proxy),
             stdout=subprocess.DEVNULL,
             stderr=log,
-            env={**os.environ, "TMPDIR": tmp},
+            env={**os.environ, "TMPDIR": tmp, "HOME": str(home)},
             start_new_session=True,  # its helpers (zygote, renderers) share its process group
         )
         try:
@@ -106,6 +116,18 @@ def chromium(scratch: Path, proxy: str | None = None) -> Iterator[int]:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)  # the group of the process we started
                 process.wait(10)
+
+
+def _certutil(*args: str) -> None:
+    """NSS's certutil (Debian's libnss3-tools; scripts/test.sh installs it)."""
+    path = shutil.which("certutil")
+    if path is None:
+        pytest.fail(
+            "certutil is not on PATH: the browser's CA tests need Debian's libnss3-tools"
+            " (scripts/test.sh installs it)",
+            pytrace=False,
+        )
+    subprocess.run([path, *args], check=True, capture_output=True, timeout=30)
 
 
 def _devtools_port(process: subprocess.Popen[bytes], active: Path) -> int:

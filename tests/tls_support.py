@@ -43,7 +43,7 @@ class Trust:
         """A server context presenting ``cert``, recording each client's SNI."""
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         cert.configure_cert(context)
-        context.set_alpn_protocols(["h2", "http/1.1"])
+        context.set_alpn_protocols(["http/1.1"])  # (aiohttp speaks no HTTP/2)
         if version is not None:
             context.minimum_version = context.maximum_version = version
 
