@@ -525,8 +525,10 @@ class Proxy:
         workers: int = 1,
         disk_mb: int = 0,
         squid_store: str = "aufs",
+        port_options: str = "",
     ) -> None:
-        """``icp_port``: answer ICP queries from 127.0.0.0/8 on this UDP port (default: ICP
+        """``port_options``: Squid's options of its http_port (bench/https.py's ssl-bump).
+        ``icp_port``: answer ICP queries from 127.0.0.0/8 on this UDP port (default: ICP
         off, as in this benchmark); ``extra_conf``: lines appended to the configuration (Squid
         directives, or TOML for harvest-cache); ``workers``: processes, then on every core
         (Squid's ``workers``, harvest-cache's ``--workers``). All three are for other
@@ -570,6 +572,9 @@ class Proxy:
                 max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
             )
             text = text.replace("workers 1\n", f"workers {workers}\n")
+            if port_options:
+                listen = f"http_port {HOST}:{self.port}\n"
+                text = text.replace(listen, f"{listen[:-1]} {port_options}\n")
             if icp_port:  # on the wildcard address: Squid drops ICP from its own socket's IP
                 text = text.replace(
                     "icp_port 0\n",

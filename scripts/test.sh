@@ -14,7 +14,11 @@ PY=${PYTHON:-python3.11}
 if ! command -v squid >/dev/null && [ -x /usr/sbin/squid ]; then export PATH="$PATH:/usr/sbin"; fi
 if ! command -v ip >/dev/null && [ -x /usr/sbin/ip ]; then export PATH="$PATH:/usr/sbin"; fi
 MISSING=""
-command -v squid >/dev/null || MISSING="$MISSING squid"
+# Squid built with OpenSSL (squid-openssl replaces squid and does all it does): the HTTPS
+# benchmark and comparisons need its ssl_bump.
+if ! command -v squid >/dev/null || ! squid -v | grep -q -- --with-openssl; then
+    MISSING="$MISSING squid-openssl"
+fi
 command -v promtool >/dev/null || MISSING="$MISSING prometheus"
 command -v chromium >/dev/null || MISSING="$MISSING chromium"
 command -v ip >/dev/null || MISSING="$MISSING iproute2"

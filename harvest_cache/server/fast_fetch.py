@@ -184,7 +184,7 @@ class FastPath:
         memory = self.memory
         if memory.get(url) is not None or memory.on_disk(url):
             return False  # a stored object: the general way
-        upstream = self.pool.take_idle(plan.host, plan.port, False, conn.client_ip)
+        upstream = self.pool.take_idle(plan.host, plan.port, plan.tls, conn.client_ip)
         if upstream is None:
             return False
         fetch = FastFetch(self, conn, upstream, url, key[2], plan, rest=rest)
@@ -731,7 +731,8 @@ class FastFetch:
             target, stored = plan.target, plan.obj
         else:
             assert isinstance(plan, MissPlan)
-            target = Target("http", plan.host, plan.port, self._rest.decode("latin-1"))
+            scheme = "https" if plan.tls else "http"
+            target = Target(scheme, plan.host, plan.port, self._rest.decode("latin-1"))
             stored = None
         flight = self._joined_flight()
         self._release_riders()  # (to join the flight)

@@ -8,9 +8,10 @@ it again.
 
 A client asking for objects it has not asked for before (a planned miss) sends new request
 lines, but the same fields after them. So the fields of every head answered that way are kept
-too, by the bytes after a plain request line (``GET``, an ``http://`` URL of plain characters,
-``HTTP/1.1``): a read made of such a line and known field bytes is the learnt head with that
-URL (and, once answered as one a client may send again, is remembered whole). llhttp reads
+too, by the bytes after a plain request line (``GET``, an ``http://`` or ``https://`` URL of
+plain characters, ``HTTP/1.1``): a read made of such a line and known field bytes is the
+learnt head with that URL (and, once answered as one a client may send again, is remembered
+whole). llhttp reads
 each such URL as itself (tests/server/test_head_memo.py checks that against the parser), and
 the fields' bytes parse as they did.
 
@@ -29,9 +30,9 @@ MAX_HEAD = 2048
 _MAX_ENTRIES = 4096
 # Field blocks are few (one per client program and way of asking); all forgotten when full.
 _MAX_FIELD_BLOCKS = 256
-# A request line whose URL llhttp reads as itself: a host of letters, digits, dots and
-# hyphens, an optional port, and a path of visible ASCII but '"' and '#'.
-_PLAIN_GET = re.compile(rb"GET (http://[A-Za-z0-9.-]+(?::[0-9]{1,5})?/[!\x24-~]*) HTTP/1\.1\r\n")
+# A request line whose URL llhttp reads as itself: http or https, a host of letters, digits,
+# dots and hyphens, an optional port, and a path of visible ASCII but '"' and '#'.
+_PLAIN_GET = re.compile(rb"GET (https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?/[!\x24-~]*) HTTP/1\.1\r\n")
 
 
 # What the parser found in a head, as the hit fast path and the plans take it: method, target,

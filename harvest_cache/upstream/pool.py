@@ -93,7 +93,10 @@ class Pool:
     def release(self, conn: UpstreamConnection) -> None:
         """End ``conn``'s exchange: back to the idle stack if it ended cleanly, else closed."""
         reusable = conn.reusable()
-        if conn.key[2]:  # (a session outlives a connection the origin closes)
+        if conn.key[2] and conn.exchanges == 1:
+            # After its first exchange (a TLS 1.3 server's tickets have come by then) and not
+            # again: asking for a session costs a good part of an exchange. (A session
+            # outlives a connection the origin closes.)
             self.tls.keep_session(conn.key[0], conn.transport)
         conn.finish()
         if reusable:

@@ -18,7 +18,16 @@ from aiohttp import web
 from harvest_cache.server.app import CacheServer
 from harvest_common.errors import ConfigError
 from tests.integration.test_metrics import delta, scrape
-from tests.support import MakeCache, Origin, cache_config, static, stop_and_read_log
+from tests.support import (
+    MakeCache,
+    Origin,
+    cache_config,
+    open_proxy,
+    read_response,
+    request_bytes,
+    static,
+    stop_and_read_log,
+)
 from tests.tls_support import HOST, OTHER, Trust, get, https_cache, ours, tls_origin
 
 
@@ -312,3 +321,32 @@ async def test_a_parent_reached_over_tls(
         assert "parent.harvest.test" in answer.text
         assert "is not trusted" in answer.text
         assert origin.hits["/p"] == 0
+
+
+async def test_new_https_urls_are_answered_from_a_miss_plan(
+    make_cache: MakeCache, trust: Trust
+) -> None:
+    """Misses asked the same way are planned as for http:// (prepared.misses): sent upstream
+    over the pooled TLS connections and answered from the plan."""
+    async with tls_origin(trust.context(trust.ca.issue_cert(HOST))) as origin:
+
+        async def numbered(request: web.Request) -> web.Response:
+            body = f"object {request.path}".encode()
+            return web.Response(body=body, headers={"Cache-Control": "max-age=60"})
+
+        for i in range(8):
+            origin.route(f"/m/{i}", numbered)
+        cache = await https_cache(make_cache, trust)
+        assert cache.proxy is not None
+        reader, writer = await open_proxy(cache.address[1])
+        fields = [("User-Agent", "plan-test/1"), ("Accept", "*/*")]
+        try:
+            for i in range(8):
+                url = origin.url(f"/m/{i}", HOST)
+                writer.write(request_bytes("GET", url, headers=fields))
+                answer = await read_response(reader)
+                assert (answer.status, answer.body) == (200, f"object /m/{i}".encode())
+        finally:
+            writer.close()
+        assert cache.proxy.fast.planned_misses >= 5  # (the first ones worked out in full)
+        assert all(origin.hits[f"/m/{i}"] == 1 for i in range(8))

@@ -70,14 +70,14 @@ def learnt() -> HeadMemo:
 def test_learnt_fields_are_found_after_another_plain_request_line() -> None:
     m = learnt()
     assert (len(m), m.field_blocks) == (0, 1)
-    target = b"http://origin.example:8080/b/c?d=e&f=%20"
-    assert m.by_fields(b"GET " + target + b" HTTP/1.1\r\n" + FIELDS) == (
-        b"GET",
-        target,
-        "1.1",
-        True,
-        RAW,
-    )
+    for target in (b"http://origin.example:8080/b/c?d=e&f=%20", b"https://secure.example/b"):
+        assert m.by_fields(b"GET " + target + b" HTTP/1.1\r\n" + FIELDS) == (
+            b"GET",
+            target,
+            "1.1",
+            True,
+            RAW,
+        )
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,8 @@ def test_learnt_fields_are_found_after_another_plain_request_line() -> None:
         b"HEAD http://h/b HTTP/1.1\r\n",
         b"GET http://h/b HTTP/1.0\r\n",
         b"GET /b HTTP/1.1\r\n",  # origin form
-        b"GET https://h/b HTTP/1.1\r\n",
+        b"GET ftp://h/b HTTP/1.1\r\n",
+        b"GET httpss://h/b HTTP/1.1\r\n",
         b"GET http://h HTTP/1.1\r\n",  # no path
         b"GET http://h_x/b HTTP/1.1\r\n",
         b"GET http://user@h/b HTTP/1.1\r\n",
@@ -174,6 +175,7 @@ def as_parsed(data: bytes) -> ParsedHead:
     learnt_fields=st.sampled_from(
         [FIELDS, b"Host: h\r\nConnection: close\r\n\r\n", b"\r\n", b"Host:  h \r\nX-A: b\r\n\r\n"]
     ),
+    scheme=st.sampled_from([b"http", b"https"]),
     host=st.from_regex(rb"\A[A-Za-z0-9.-]{1,12}(:[0-9]{1,5})?\Z"),
     path=st.one_of(st.from_regex(rb"\A[\x20-\x7e]{0,30}\Z"), st.binary(max_size=30)),
     edits=st.lists(
@@ -181,7 +183,11 @@ def as_parsed(data: bytes) -> ParsedHead:
     ),
 )
 def test_whatever_is_found_parses_as_the_memo_says(
-    learnt_fields: bytes, host: bytes, path: bytes, edits: list[tuple[int, int, bytes]]
+    learnt_fields: bytes,
+    scheme: bytes,
+    host: bytes,
+    path: bytes,
+    edits: list[tuple[int, int, bytes]],
 ) -> None:
     """Soundness: for any read the memo answers from a field block, llhttp parses the read
     into exactly the head the memo returns, whatever was changed in it."""
@@ -189,7 +195,7 @@ def test_whatever_is_found_parses_as_the_memo_says(
     m = memo()
     m.add_fields(first, as_parsed(first))
     assert m.field_blocks == 1
-    data = b"GET http://" + host + b"/" + path + b" HTTP/1.1\r\n" + learnt_fields
+    data = b"GET " + scheme + b"://" + host + b"/" + path + b" HTTP/1.1\r\n" + learnt_fields
     for at, cut, insert in edits:
         at %= len(data) + 1
         data = data[:at] + insert + data[at + cut :]

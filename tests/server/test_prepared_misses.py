@@ -298,6 +298,9 @@ def test_plan_key_splits_the_origin_from_the_path() -> None:
     found = plan_key("127.0.0.1", b"http://origin.test:8080/a/b?c", fields)
     assert found == (("127.0.0.1", b"http://origin.test:8080", fields), 23)
     assert plan_key("127.0.0.1", b"http://origin.test:8080", fields) is None
+    secure = plan_key("127.0.0.1", b"https://origin.test/a", fields)
+    assert secure == (("127.0.0.1", b"https://origin.test", fields), 19)
+    assert plan_key("127.0.0.1", b"https://origin.test", fields) is None
     assert plan_key("127.0.0.1", b"ftp://origin.test/a", fields) is None
     assert plan_key("127.0.0.1", b"/a/b", fields) is None
 

@@ -37,7 +37,8 @@ from harvest_cache.http.target import PLAIN_PATH, Target
 from harvest_cache.server.accesslog import Hierarchy, line_tail
 from harvest_cache.store.fields import Fields, shared_fields
 
-# Who asks, for which origin ("http://host:port", as spelt), with which request fields.
+# Who asks, for which origin ("http://host:port" or "https://...", as spelt), with which
+# request fields.
 PlanKey = tuple[str, bytes, RawFields]
 
 # The response fields whose values may differ from one planned answer to the next.
@@ -58,8 +59,13 @@ _RETRY_AFTER = 256
 def plan_key(client_ip: str, raw_target: bytes, fields: RawFields) -> tuple[PlanKey, int] | None:
     """The key of the plan for a request, and where its path starts in ``raw_target``;
     None if the target is not one a plan can take."""
-    slash = raw_target.find(b"/", 7)
-    if slash < 0 or not raw_target.startswith(b"http://"):
+    if raw_target.startswith(b"http://"):
+        slash = raw_target.find(b"/", 7)
+    elif raw_target.startswith(b"https://"):
+        slash = raw_target.find(b"/", 8)
+    else:
+        return None
+    if slash < 0:
         return None
     return (client_ip, raw_target[:slash], fields), slash
 
@@ -68,6 +74,7 @@ def plan_key(client_ip: str, raw_target: bytes, fields: RawFields) -> tuple[Plan
 class MissPlan:
     host: str
     port: int
+    tls: bool  # the origin is reached over TLS (an https:// URL)
     queries: bool  # whether URLs with a query are cached
     request_tail: bytes  # the upstream request after its path: " HTTP/1.1\r\n", fields, CRLF
     status: int
@@ -258,6 +265,7 @@ def plan_miss(
     plan = MissPlan(
         host=target.host,
         port=target.port,
+        tls=target.tls,
         queries=queries,
         request_tail=request[len(line) :],
         status=status,
