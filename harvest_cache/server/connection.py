@@ -196,8 +196,7 @@ class ClientConnection(asyncio.Protocol):
         fresh = False  # this read begins a request while none is being answered
         if not self._in_head and self._current is None:
             if not self.busy:
-                # (an intercepted tunnel's heads are in origin form: they are not memoised)
-                if self.origin is None and self._answer_unparsed(data):
+                if self._answer_unparsed(data):
                     return
                 fresh = True
             self._start_head()
@@ -237,16 +236,11 @@ class ClientConnection(asyncio.Protocol):
             # One head that came alone in one read, and was answered: these bytes will parse
             # the same way again.
             answered = self._answered
-            if (
-                fresh
-                and self._heads_read == 1
-                and answered is not None
-                and not self._in_head
-                and self.origin is None
-            ):
+            if fresh and self._heads_read == 1 and answered is not None and not self._in_head:
                 if self._again:
-                    self.handler.heads.add(data, answered)
-                self.handler.heads.add_fields(data, answered)
+                    self.handler.heads.add(data, answered, self.origin)
+                if self.origin is None:
+                    self.handler.heads.add_fields(data, answered)
             self._answered = None
             self._heads_read = 0
         limit = self._config.max_request_line + self._config.max_header_bytes
@@ -265,6 +259,12 @@ class ClientConnection(asyncio.Protocol):
         """Answer a read that is a remembered head, or a plain request line and known fields
         (the head is then remembered whole if the client may send it again)."""
         heads = self.handler.heads
+        if self.origin is not None:  # (origin form: remembered by the tunnel's origin too)
+            parsed = heads.get_in(self.origin, data)
+            if parsed is None or self._answer(parsed, parsed=False) is Answered.NO:
+                return False
+            heads.reused += 1
+            return True
         parsed = heads.get(data)
         if parsed is not None:
             answered = self._answer(parsed, parsed=False)

@@ -48,7 +48,8 @@ class HeadMemo:
 
     def __init__(self, max_target: int) -> None:
         self._max_target = max_target
-        self._heads: dict[bytes, ParsedHead] = {}
+        # By bytes, or by (origin, bytes) for an intercepted tunnel's (origin-form) heads.
+        self._heads: dict[bytes | tuple[bytes, bytes], ParsedHead] = {}
         self._fields: dict[bytes, tuple[bool, RawFields]] = {}  # keep-alive, fields
         self.reused = 0  # requests answered unparsed (counted by the connections)
 
@@ -57,6 +58,12 @@ class HeadMemo:
         if len(data) > MAX_HEAD:
             return None  # (not hashed: a request body can arrive in large reads)
         return self._heads.get(data)
+
+    def get_in(self, origin: bytes, data: bytes) -> ParsedHead | None:
+        """The head remembered by these bytes read in an intercepted tunnel to ``origin``."""
+        if len(data) > MAX_HEAD:
+            return None
+        return self._heads.get((origin, data))
 
     def by_fields(self, data: bytes) -> ParsedHead | None:
         """The head that ``data`` holds if it is a plain request line and known fields."""
@@ -73,15 +80,16 @@ class HeadMemo:
             return None
         return b"GET", target, "1.1", known[0], known[1]
 
-    def add(self, data: bytes, head: ParsedHead) -> None:
-        """Remember ``head``, found alone in ``data``, by its bytes."""
+    def add(self, data: bytes, head: ParsedHead, origin: bytes | None = None) -> None:
+        """Remember ``head``, found alone in ``data`` (read in an intercepted tunnel to
+        ``origin``, if given), by its bytes."""
         if len(data) > MAX_HEAD:
             return
         if len(self._heads) >= _MAX_ENTRIES:
             # All forgotten at once: taking out the oldest one at a time makes a dict slower
             # to iterate at every removal, and heads are remade on their next answer.
             self._heads.clear()
-        self._heads[data] = head
+        self._heads[data if origin is None else (origin, data)] = head
 
     def add_fields(self, data: bytes, head: ParsedHead) -> None:
         """Remember the fields of ``head``, parsed alone from ``data``, by their bytes, if its

@@ -111,16 +111,21 @@ async def test_a_bumped_tunnels_requests_go_through_the_cache(
         where = f"{HOST}:{origin.port}"
         before = await scrape(cache)
         shown, first = await through_tunnel(cache, where, client, HOST, ["/page", "/other"])
-        _, second = await through_tunnel(cache, where, client, HOST, ["/page"])
+        _, second = await through_tunnel(cache, where, client, HOST, ["/page"] * 3)
         after = await scrape(cache)
         assert delta(before, after, "harvest_cache_tunnels_bumped_total") == 2
         assert delta(before, after, "harvest_cache_bump_certificates_minted_total") == 1
-        assert delta(before, after, "harvest_cache_hits_total", tier="memory") == 1
+        assert delta(before, after, "harvest_cache_hits_total", tier="memory") == 3
         assert [(r.status, r.body) for r in first + second] == [
             (200, PAGE),
             (200, b"other"),
             (200, PAGE),
+            (200, PAGE),
+            (200, PAGE),
         ]
+        # The third time on its tunnel, the hit was answered from its remembered head.
+        assert cache.proxy is not None
+        assert cache.proxy.heads.reused == 1
         assert origin.hits["/page"] == 1  # the second tunnel's was a hit
         # The certificate is the cache's CA's, with the origin's names (as Squid's mimic).
         assert by_the_cache(shown)
@@ -134,6 +139,8 @@ async def test_a_bumped_tunnels_requests_go_through_the_cache(
         ("TCP_MISS", "GET", f"{url}/page"),
         ("TCP_MISS", "GET", f"{url}/other"),
         ("NONE", "CONNECT", where),
+        ("TCP_MEM_HIT", "GET", f"{url}/page"),
+        ("TCP_MEM_HIT", "GET", f"{url}/page"),
         ("TCP_MEM_HIT", "GET", f"{url}/page"),
     ]
 

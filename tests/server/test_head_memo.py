@@ -202,3 +202,14 @@ def test_whatever_is_found_parses_as_the_memo_says(
     found = m.by_fields(data)
     if found is not None:
         assert as_parsed(data) == found
+
+
+def test_heads_of_intercepted_tunnels_are_remembered_with_their_origin() -> None:
+    """Origin-form bytes stand for another URL in each tunnel: never found by bytes alone."""
+    m = memo()
+    data = b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n"
+    head = (b"GET", b"https://h/a", "1.1", True, ((b"Host", b"h"),))
+    m.add(data, head, b"https://h")
+    assert m.get_in(b"https://h", data) == head
+    assert m.get_in(b"https://other", data) is None
+    assert m.get(data) is None
