@@ -84,23 +84,35 @@ class Minter:
         self._chain_tail = authority.certificate.public_bytes(serialization.Encoding.PEM)
 
     def _leaf_key(self) -> ec.EllipticCurvePrivateKey:
+        """The key every server certificate shares: read, or made (by one process of
+        several starting at once: each links its own into place, the first one stays)."""
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            data = self._key_path.read_bytes()
-        except FileNotFoundError:
-            key = ec.generate_private_key(ec.SECP256R1())
-            pem = key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-            fd = os.open(self._key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                out.write(pem)
-            return key
+            try:
+                data = self._key_path.read_bytes()
+            except FileNotFoundError:
+                pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+                partial = self.directory / f"{uuid.uuid4().hex}.key.part"
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(pem)
+                try:
+                    os.link(partial, self._key_path)  # (whole, or not at all)
+                except FileExistsError:
+                    pass
+                finally:
+                    partial.unlink()
+                data = self._key_path.read_bytes()
         except OSError as e:
             raise AuthorityError(f"cannot use {self.directory}: {e.strerror}") from None
-        loaded = serialization.load_pem_private_key(data, password=None)
+        try:
+            loaded = serialization.load_pem_private_key(data, password=None)
+        except ValueError:
+            raise AuthorityError(f"{self._key_path} holds no readable key") from None
         if not isinstance(loaded, ec.EllipticCurvePrivateKey):
             raise AuthorityError(f"{self._key_path} is not an ECDSA key")
         return loaded

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ssl
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,17 @@ def test_kept_certificates_are_read_back_and_bounded(tmp_path: Path) -> None:
     # The leaf key is made once and kept private; a new minter uses the same.
     assert (directory / "key.pem").stat().st_mode & 0o777 == 0o600
     assert Minter(ca, directory).stored("h11.example", now) is not None
+
+
+def test_processes_starting_at_once_share_one_leaf_key(tmp_path: Path) -> None:
+    """Workers make their minters at once: each links its key into place, the first stays."""
+    ca = authority.create(tmp_path / "ca", "t", NOW)
+    directory = tmp_path / "ca" / "certificates"
+    with ThreadPoolExecutor(8) as pool:
+        minters = list(pool.map(lambda _: Minter(ca, directory), range(8)))
+    template = template_from(None, "a.example", NOW)
+    chains = [x509.load_pem_x509_certificates(m.mint(template)) for m in minters]
+    assert {len(chain) for chain in chains} == {2}  # (the certificate, then the CA's)
+    first = chains[0][0].public_key()
+    assert all(chain[0].public_key() == first for chain in chains)
+    assert not list(directory.glob("*.part"))

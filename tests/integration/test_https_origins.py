@@ -350,3 +350,26 @@ async def test_new_https_urls_are_answered_from_a_miss_plan(
             writer.close()
         assert cache.proxy.fast.planned_misses >= 5  # (the first ones worked out in full)
         assert all(origin.hits[f"/m/{i}"] == 1 for i in range(8))
+
+
+async def test_curl_asks_for_an_https_url_in_absolute_form(
+    make_cache: MakeCache, trust: Trust
+) -> None:
+    """curl sends ``GET https://...`` to the proxy as plain HTTP (its request target set);
+    the cache fetches it over TLS and the second is a hit."""
+    async with tls_origin(trust.context(trust.ca.issue_cert(HOST))) as origin:
+        origin.route("/c", static(b"asked by curl\n", {"Cache-Control": "max-age=60"}))
+        cache = await https_cache(make_cache, trust)
+        url = origin.url("/c", HOST)
+        for _ in range(2):
+            curl = await asyncio.create_subprocess_exec(
+                "curl", "-sS", "--max-time", "10",
+                "--proxy", f"http://127.0.0.1:{cache.address[1]}",
+                "--request-target", url, url.replace("https://", "http://", 1),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await curl.communicate()
+            assert (curl.returncode, out) == (0, b"asked by curl\n"), err
+        assert origin.hits["/c"] == 1
+        lines = await stop_and_read_log(cache)
+    assert [(line.result, line.url) for line in lines] == [("TCP_MISS", url), ("TCP_MEM_HIT", url)]
