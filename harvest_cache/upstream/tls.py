@@ -24,8 +24,10 @@ log = logging.getLogger("harvest_cache")
 
 # Server names whose last session is kept (the oldest forgotten first).
 _MAX_SESSIONS = 4096
-# A refused certificate is logged once a minute per server, however many requests meet it.
+# A refused certificate is logged once a minute per server, however many requests meet it;
+# the servers last logged are remembered (the oldest forgotten first).
 _LOG_EVERY = 60.0
+_MAX_LOGGED = 4096
 
 
 class _ResumingContext(ssl.SSLContext):
@@ -125,7 +127,7 @@ class OriginTls:
             log.warning("%s", failure.cause)
             last = now
         self._logged[host] = last
-        if len(self._logged) > _MAX_SESSIONS:
+        if len(self._logged) > _MAX_LOGGED:
             self._logged.popitem(last=False)
         return failure
 
