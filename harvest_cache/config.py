@@ -430,9 +430,11 @@ class HierarchyConfig:
         " `icp_port` (3130; 0: no ICP), `role` (`parent` or `sibling`), `weight` (1),"
         " `domains` (the only domains it serves; a parent with domains gets their requests"
         " alone), `name` (host:port) and the flags `no_query`, `default`, `round_robin`,"
-        " `closest_only`, `proxy_only` (keep nothing it sends), `no_digest` and `tls` (reached"
+        " `closest_only`, `proxy_only` (keep nothing it sends), `no_digest`, `tls` (reached"
         " over TLS, its certificate checked against upstream.tls_ca_file or the system's"
-        " store). See docs/hierarchy.md.",
+        " store), `carp` (a member of the cache array: each URL goes to its one home, Squid's"
+        " CARP) and `carp_key` (the URL's parts a member hashes: `scheme`, `host`, `port`,"
+        " `path`, `params`). See docs/hierarchy.md.",
         peer_list,
     )
     always_direct: tuple[DirectRule, ...] = setting(
@@ -469,6 +471,14 @@ class HierarchyConfig:
         "Seconds a peer is left alone after a TCP connection to it failed (or until it"
         " answers ICP).",
         number(0.1, 3600),
+    )
+    array_name: str = setting(
+        "",
+        "This cache's own entry among the `carp` peers, when it is a member of the array its"
+        " clients may also use directly (front mode): a URL whose home it is is fetched here,"
+        " another forwarded to its home. Every member and child lists the array's peers in"
+        " the same order. Empty: not a member.",
+        text,
     )
     digests: bool = setting(
         True,
@@ -532,6 +542,12 @@ def _check_consistency(config: Config, origin: str, problems: list[str]) -> None
         problems.append(
             f"{origin}: hierarchy.icp_timeout_min ({hierarchy.icp_timeout_min})"
             " exceeds hierarchy.icp_timeout_max"
+        )
+    members = [p.name for p in hierarchy.peers if p.carp]
+    if hierarchy.array_name and hierarchy.array_name not in members:
+        problems.append(
+            f"{origin}: hierarchy.array_name {hierarchy.array_name!r} names no `carp` peer"
+            f" (they are: {', '.join(members) or 'none'})"
         )
     if config.icp_port == 0 and any(p.queried for p in hierarchy.peers):
         problems.append(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from harvest_cache.config import HierarchyConfig
+from harvest_cache.hierarchy.carp import Array
 from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.health import PeerHealth
 from harvest_cache.hierarchy.icp import IcpMessage, Opcode, encode, query
@@ -52,12 +53,17 @@ class Neighbours:
     def __init__(self, config: HierarchyConfig) -> None:
         self.peers = config.peers
         self.sibling_names = frozenset(p.name for p in config.peers if not p.parent)
+        members = [p for p in config.peers if p.carp]
+        self.array_names = frozenset(p.name for p in members if p.name != config.array_name)
+        array = Array([(p.name, p.weight, p.carp_key) for p in members]) if members else None
         self.policy = Policy(
             config.peers,
             config.always_direct,
             config.never_direct,
             config.icp_timeout_min,
             config.icp_timeout_max,
+            array,
+            config.array_name,
         )
         self.health = {
             p.name: PeerHealth(config.dead_peer_timeout, config.peer_retry) for p in config.peers

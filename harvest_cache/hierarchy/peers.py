@@ -16,8 +16,29 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Role = Literal["parent", "sibling"]
-OPTIONS = ("no_query", "default", "round_robin", "closest_only", "proxy_only", "no_digest", "tls")
-_PEER_KEYS = ("name", "host", "http_port", "icp_port", "role", "weight", "domains", *OPTIONS)
+OPTIONS = (
+    "no_query",
+    "default",
+    "round_robin",
+    "closest_only",
+    "proxy_only",
+    "no_digest",
+    "tls",
+    "carp",
+)
+_PEER_KEYS = (
+    "name",
+    "host",
+    "http_port",
+    "icp_port",
+    "role",
+    "weight",
+    "domains",
+    "carp_key",
+    *OPTIONS,
+)
+# The parts of a URL a CARP member may hash instead of the whole (Squid's carp-key).
+CARP_KEY_PARTS = ("scheme", "host", "port", "path", "params")
 _RULE_KEYS = ("url_regex", "domain", "method")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _DOMAIN = re.compile(r"!?\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?")
@@ -64,6 +85,8 @@ class Peer:
     proxy_only: bool = False
     no_digest: bool = False
     tls: bool = False  # reached over TLS, its certificate verified (Squid's cache_peer ... tls)
+    carp: bool = False  # a member of the cache array (Squid's cache_peer ... carp)
+    carp_key: tuple[str, ...] = ()  # the URL's parts it hashes (empty: the whole URL)
 
     @property
     def parent(self) -> bool:
@@ -71,8 +94,9 @@ class Peer:
 
     @property
     def queried(self) -> bool:
-        """Whether ICP queries go to it."""
-        return self.icp_port > 0 and not self.no_query
+        """Whether ICP queries go to it (not to an array's members: the URL's hash says
+        which holds it)."""
+        return self.icp_port > 0 and not self.no_query and not self.carp
 
     def serves(self, host: str) -> bool:
         return not self.domains or in_domains(host, self.domains)
@@ -172,7 +196,7 @@ def _flag(v: Any, key: str) -> bool:
 def peer_list(v: Any) -> tuple[Peer, ...]:
     """``[[hierarchy.peers]]``: ``{name?, host, http_port?, icp_port?, role?, weight?,
     domains?, no_query?, default?, round_robin?, closest_only?, proxy_only?, no_digest?,
-    tls?}``."""
+    tls?, carp?, carp_key?}``."""
     peers = _each_table(v, "peers", _PEER_KEYS, _peer)
     names = [p.name for p in peers]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -202,7 +226,22 @@ def _peer(item: Mapping[str, Any]) -> Peer:
     flags = {o: _flag(item[o], o) for o in OPTIONS if o in item}
     if role == "sibling" and (flags.get("default") or flags.get("round_robin")):
         raise ValueError("default and round_robin apply to parents only")
-    return Peer(name, host.lower(), http_port, icp_port, role, weight, domains, **flags)
+    if role == "sibling" and flags.get("carp"):
+        raise ValueError("carp applies to parents only (an array's members are parents)")
+    carp_key: tuple[str, ...] = ()
+    if "carp_key" in item:
+        if not flags.get("carp"):
+            raise ValueError("carp_key needs carp = true")
+        carp_key = _carp_key(item["carp_key"])
+    return Peer(
+        name, host.lower(), http_port, icp_port, role, weight, domains, carp_key=carp_key, **flags
+    )
+
+
+def _carp_key(v: Any) -> tuple[str, ...]:
+    if not isinstance(v, list) or not v or any(p not in CARP_KEY_PARTS for p in v):
+        raise ValueError(f"carp_key: expected a list of {', '.join(CARP_KEY_PARTS)}, got {v!r}")
+    return tuple(p for p in CARP_KEY_PARTS if p in v)
 
 
 def direct_rules(what: str) -> Callable[[Any], tuple[DirectRule, ...]]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from harvest_cache.hierarchy.carp import Array
 from harvest_cache.hierarchy.health import PeerHealth
 from harvest_cache.hierarchy.icp import Opcode
 from harvest_cache.hierarchy.peers import DirectRule, Peer
@@ -49,6 +50,7 @@ class Facts:
     host: str
     hierarchical: bool
     loop: bool = False
+    from_array: bool = False  # sent by a member of our array: its home is here
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,8 @@ class Policy:
     never_direct: tuple[DirectRule, ...] = ()
     min_timeout: float = MIN_TIMEOUT
     max_timeout: float = MAX_TIMEOUT
+    array: Array | None = None  # the carp parents (with this cache, if it is a member)
+    array_self: str = ""  # this cache's member name in ``array`` (empty: not a member)
 
 
 class Selection:
@@ -194,6 +198,7 @@ class Selection:
         if self._hit is not None:
             hit = self._hit
             hops.append(Hop(hit, "PARENT_HIT" if hit.parent else "SIBLING_HIT"))
+        hops.extend(self._array_hops())
         if self._closest:  # an RTT to the origin says more than an order of arrival
             hops.append(Hop(min(self._closest)[2], "CLOSEST_PARENT_MISS"))
         elif self._first:
@@ -206,11 +211,39 @@ class Selection:
             hops = [Hop(h.peer, f"TIMEOUT_{h.code}") for h in hops]
         return Route(tuple(hops))
 
+    def _array_hops(self) -> list[Hop]:
+        """The URL's home in the cache array, then where its URLs go when it is not up,
+        down to this cache if it is a member (a URL whose home is here is fetched here)."""
+        policy, facts = self._policy, self._facts
+        array = policy.array
+        if array is None or facts.from_array or not (facts.hierarchical or not self._direct):
+            return []
+        now = self._started
+        by_name = {p.name: p for p in self._candidates if p.carp}
+
+        def up(name: str) -> bool:
+            if name == policy.array_self:
+                return True
+            peer = by_name.get(name)
+            return peer is not None and not self._health[name].down(now)
+
+        ranked = array.ranked(facts.url, up)
+        if not ranked and not self._direct:
+            # With nowhere else to go, members thought down are tried too.
+            ranked = array.ranked(facts.url, lambda name: name in by_name)
+        hops = []
+        for member in ranked:
+            if member.name == policy.array_self:
+                break
+            hops.append(Hop(by_name[member.name], "CARP"))
+        return hops
+
     def _parents(self, chosen: Sequence[Hop]) -> list[Hop]:
         """The parents to fall back on, in order, without those already ``chosen``."""
         now = self._started
         taken = {h.peer.name for h in chosen if h.peer is not None} | self._refused
-        parents = [p for p in self._candidates if p.parent]
+        # (an array's members take the URLs the array gives them, and no others)
+        parents = [p for p in self._candidates if p.parent and not p.carp]
         up = [p for p in parents if not self._health[p.name].down(now)]
         alive = [p for p in up if not self._health[p.name].dead(now)]
         out: list[Hop] = []

@@ -53,14 +53,18 @@ class Router:
     def direct_only(self) -> bool:
         return self.neighbours is None
 
+    def _last_via(self, req: Request) -> str | None:
+        """The name in the last Via entry (the cache that sent ``req``, if one did)."""
+        vias = req.headers.get_list("Via")
+        parts = vias[-1].split() if vias else []
+        return parts[1] if len(parts) >= 2 else None
+
     def from_sibling(self, req: Request) -> bool:
         """Whether a cache configured as our sibling forwarded ``req``: its last Via entry
         bears that peer's name. Siblings get hits alone (Squid's ``miss_access``)."""
         if self.neighbours is None:
             return False
-        vias = req.headers.get_list("Via")
-        parts = vias[-1].split() if vias else []
-        return len(parts) >= 2 and parts[1] in self.neighbours.sibling_names
+        return self._last_via(req) in self.neighbours.sibling_names
 
     async def route(self, req: Request, target: Target) -> Route:
         if self.neighbours is None:
@@ -71,6 +75,8 @@ class Router:
             target.host.lower(),
             hierarchical(req),
             is_loop(req.headers, self._name),
+            # (a member of our array sent it here, its home: not sent on to another)
+            self._last_via(req) in self.neighbours.array_names,
         )
         return await self.neighbours.route(facts)
 

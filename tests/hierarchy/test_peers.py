@@ -257,7 +257,8 @@ def test_an_item_that_is_not_a_table() -> None:
 def test_unknown_keys_are_all_named_with_the_known_ones() -> None:
     message = problem([{"host": "p.example", "colour": "red", "address": "x"}])
     assert message.startswith("peers 1: unknown key address, colour (known: name, host, ")
-    assert "no_digest, tls)" in message
+    assert "carp_key, no_query" in message
+    assert "tls, carp)" in message
 
 
 def test_several_bad_tables_are_reported_together() -> None:
