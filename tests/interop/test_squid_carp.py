@@ -5,15 +5,27 @@ one of them down."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from harvest_cache.hierarchy.carp import Array
 from tests.interop.conftest import running_squid
-from tests.support import Origin, open_proxy, read_response, request_bytes
+from tests.support import (
+    MakeCache,
+    Origin,
+    free_port,
+    open_proxy,
+    read_response,
+    request_bytes,
+    static,
+)
 
 MEMBERS = (("alpha", 1), ("beta", 2), ("gamma", 1), ("delta", 3))
+# Squid as a child that neither stores nor serves hits: every request goes to the array.
+NOT_CACHED = "never_direct allow all\nstore_miss deny all\nsend_hit deny all\n"
 URLS = 10_000
 CLIENTS = 32
 
@@ -30,8 +42,10 @@ async def parents() -> AsyncIterator[dict[str, Origin]]:
         await origin.stop()
 
 
-async def ask_all(port: int, urls: list[str]) -> None:
-    """Every URL through the proxy at ``port``, CLIENTS keep-alive connections at a time."""
+async def ask_all(port: int, urls: list[str]) -> Counter[int]:
+    """Every URL through the proxy at ``port``, CLIENTS keep-alive connections at a time;
+    the statuses answered."""
+    statuses: Counter[int] = Counter()
     queue: asyncio.Queue[str] = asyncio.Queue()
     for url in urls:
         queue.put_nowait(url)
@@ -42,11 +56,12 @@ async def ask_all(port: int, urls: list[str]) -> None:
             while not queue.empty():
                 url = queue.get_nowait()
                 writer.write(request_bytes("GET", url))
-                await read_response(reader)
+                statuses[(await read_response(reader)).status] += 1
         finally:
             writer.close()
 
     await asyncio.gather(*(client() for _ in range(CLIENTS)))
+    return statuses
 
 
 def homes(parents: dict[str, Origin]) -> dict[str, str]:
@@ -72,7 +87,7 @@ async def test_squid_and_harvest_pick_the_same_parent(
     )
     paths = [f"/carp/{i}" for i in range(URLS)]
     # (Squid would count a refused parent as failing only after trying it: ask once first)
-    with running_squid(lines + "never_direct allow all\ncache deny all\n") as squid:
+    with running_squid(lines + NOT_CACHED) as squid:
         if down is not None:
             await ask_all(squid.port, [f"http://127.0.0.1:9/warm/{i}" for i in range(50)])
             for origin in parents.values():
@@ -90,3 +105,50 @@ async def test_squid_and_harvest_pick_the_same_parent(
     # Every member up takes a share; the one down none.
     shares = {name: sum(1 for v in went.values() if v == name) for name, _ in MEMBERS}
     assert all((n > 0) == (name != down) for name, n in shares.items()), shares
+
+
+async def test_squid_as_the_child_of_a_harvest_array(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    """Squid with three harvest caches as `carp` parents: every URL fetched from the origin
+    once, by its home; a member stopped, its URLs alone go to the others."""
+    paths = [f"/arr/{i}" for i in range(300)]
+    for path in paths:
+        origin.route(path, static(f"object {path}".encode(), {"Cache-Control": "max-age=600"}))
+    names = ("m1", "m2", "m3")
+    ports = {name: free_port() for name in names}
+    members = [
+        {"name": n, "host": "127.0.0.1", "http_port": ports[n], "icp_port": 0, "carp": True}
+        for n in names
+    ]
+    caches = {
+        n: await make_cache(
+            server={"name": n, "listen": f"127.0.0.1:{ports[n]}"},
+            cache={"dir": str(tmp_path / n)},
+            hierarchy={"peers": members, "array_name": n, "digests": False},
+        )
+        for n in names
+    }
+    lines = "".join(
+        f"cache_peer 127.0.0.1 parent {ports[n]} 0 carp no-query no-digest name={n}"
+        f" connect-fail-limit=1\n"
+        for n in names
+    )
+    array = Array([(n, 1, ()) for n in names])
+    home = {p: array.choose(origin.url(p)).name for p in paths}  # type: ignore[union-attr]
+    with running_squid(lines + NOT_CACHED) as squid:
+        await ask_all(squid.port, [origin.url(p) for p in paths])
+        hits = {p: origin.hits[p] for p in paths if origin.hits[p] != 1}
+        assert not hits, hits
+        fetched_by = {r.path: r.headers["Via"].rsplit(" ", 1)[-1] for r in origin.requests}
+        assert fetched_by == home
+        await caches["m2"].stop(0.5)
+        statuses = await ask_all(squid.port, [origin.url(p) for p in paths])
+        assert statuses == {200: len(paths)}
+
+    moved = {p for p in paths if home[p] == "m2"}
+    assert moved
+    wrong = {p: origin.hits[p] for p in paths if origin.hits[p] != (2 if p in moved else 1)}
+    assert not wrong, (len(moved), wrong)
+    again = origin.requests[len(paths) :]
+    assert {r.headers["Via"].rsplit(" ", 1)[-1] for r in again} <= {"m1", "m3"}
