@@ -390,6 +390,22 @@ class CacheCollector:
                 (),
                 {(): bump.pinned},
             )
+        array = stats.array
+        if array is not None:
+            yield _gauge(
+                "harvest_cache_carp_load_factor",
+                "Each cache array member's configured share of the URLs (its weight over the"
+                " array's).",
+                ("member",),
+                {(m,): s.load_factor for m, s in array.items()},
+            )
+            yield _counter(
+                "harvest_cache_carp_homes",
+                "Requests routed to each array member as their URL's home (this cache's own,"
+                " when it is a member, included).",
+                ("member",),
+                {(m,): s.homes for m, s in array.items()},
+            )
         digests = stats.digests
         if digests is not None:
             yield _gauge(

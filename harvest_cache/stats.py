@@ -74,6 +74,13 @@ class PeerStats(NamedTuple):
     digest_false_hits: int
 
 
+class ArrayMemberStats(NamedTuple):
+    """One member of the cache array, as this cache routes to it."""
+
+    load_factor: float  # its configured share (its weight over the array's)
+    homes: int  # requests whose home it was (this cache's own, in front mode, included)
+
+
 class DigestStats(NamedTuple):
     own_entries: int  # objects listed in the digest this cache publishes
     fetch_failures: int  # peers' digests that could not be had
@@ -97,5 +104,6 @@ class CacheStats(NamedTuple):
     fetching: list[str]  # keys of the fetches in progress
     icp: IcpStats | None
     peers: dict[str, PeerStats] | None  # None: no hierarchy
+    array: dict[str, ArrayMemberStats] | None  # None: no cache array
     unexpected_icp_replies: int
     digests: DigestStats | None

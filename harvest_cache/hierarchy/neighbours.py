@@ -21,7 +21,7 @@ from harvest_cache.hierarchy.health import PeerHealth
 from harvest_cache.hierarchy.icp import IcpMessage, Opcode, encode, query
 from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.hierarchy.route import Facts, Hop, Policy, Route, Selection
-from harvest_cache.stats import PeerStats
+from harvest_cache.stats import ArrayMemberStats, PeerStats
 from harvest_cache.upstream.pool import Resolver
 from harvest_common.errors import DNSFailure
 
@@ -56,6 +56,8 @@ class Neighbours:
         members = [p for p in config.peers if p.carp]
         self.array_names = frozenset(p.name for p in members if p.name != config.array_name)
         array = Array([(p.name, p.weight, p.carp_key) for p in members]) if members else None
+        self.array = array
+        self.array_homes: dict[str, int] = {}  # requests routed to each member as their home
         self.policy = Policy(
             config.peers,
             config.always_direct,
@@ -105,10 +107,14 @@ class Neighbours:
         }
         if self._sender is not None and addresses:
             done = self._query(selection, facts.url, addresses, now)
-            if selection.route is None:
-                return await done
-        # Decided already (the queries, if any, only probe dead peers), or no one to ask.
-        return selection.route if selection.route is not None else selection.unasked()
+            route = await done if selection.route is None else selection.route
+        else:
+            # Decided already (the queries, if any, only probe dead peers), or none to ask.
+            route = selection.route if selection.route is not None else selection.unasked()
+        home = selection.array_home
+        if home is not None:
+            self.array_homes[home] = self.array_homes.get(home, 0) + 1
+        return route
 
     def _query(
         self, selection: Selection, url: str, addresses: dict[Address, Peer], now: float
@@ -184,6 +190,16 @@ class Neighbours:
                 h.digest_false_hits,
             )
         return out
+
+    def array_stats(self) -> dict[str, ArrayMemberStats] | None:
+        """Each array member's configured share and the requests it was home for."""
+        if self.array is None:
+            return None
+        total = sum(m.weight for m in self.array.members)
+        return {
+            m.name: ArrayMemberStats(m.weight / total, self.array_homes.get(m.name, 0))
+            for m in self.array.members
+        }
 
     def drop(self, name: str) -> None:
         """Send nothing more to the peer ``name`` until the configuration is reloaded."""

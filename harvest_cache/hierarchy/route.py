@@ -125,6 +125,7 @@ class Selection:
         self._first: list[tuple[float, int, Peer]] = []
         self._refused: set[str] = set()  # answered MISS_NOFETCH, DENIED or ERR: not for this
         self.route: Route | None = None
+        self.array_home: str | None = None  # the URL's home in the cache array, if chosen
         self.queries: tuple[Peer, ...] = ()
         self.deadline = now
         self._waiting: set[str] = set()
@@ -231,6 +232,7 @@ class Selection:
         if not ranked and not self._direct:
             # With nowhere else to go, members thought down are tried too.
             ranked = array.ranked(facts.url, lambda name: name in by_name)
+        self.array_home = ranked[0].name if ranked else None
         hops = []
         for member in ranked:
             if member.name == policy.array_self:

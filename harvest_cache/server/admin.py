@@ -204,6 +204,10 @@ class AdminServer:
                 "windows": self._windows(),
             },
             "peers": peers,
+            "array": {
+                name: {"load_factor": round(member.load_factor, 4), "homes": member.homes}
+                for name, member in (stats.array or {}).items()
+            },
             "store": {
                 "memory_objects": stats.store.memory_objects,
                 "memory_bytes": stats.store.memory_bytes,

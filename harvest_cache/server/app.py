@@ -417,6 +417,7 @@ class CacheServer:
             fetching=proxy.fetching() if proxy is not None else [],
             icp=self.icp.stats() if self.icp is not None else None,
             peers=neighbours.stats() if neighbours is not None else None,
+            array=neighbours.array_stats() if neighbours is not None else None,
             unexpected_icp_replies=neighbours.unexpected_replies if neighbours is not None else 0,
             digests=self.digests.stats() if self.digests is not None else None,
         )

@@ -84,6 +84,13 @@ async def test_an_array_of_three_with_a_child(
     # Through the child, twice, then through each member as a front: one origin fetch each.
     await get_all(child, origin, PATHS)
     await get_all(child, origin, PATHS)
+    # The child's numbers: each member's configured share, and the requests homed there.
+    shares = child.stats().array
+    assert shares is not None
+    assert {n: round(s.load_factor, 3) for n, s in shares.items()} == dict.fromkeys(NAMES, 0.333)
+    assert {n: s.homes for n, s in shares.items()} == {
+        n: 2 * sum(1 for p in PATHS if home[p] == n) for n in NAMES
+    }
     for cache in caches.values():
         await get_all(cache, origin, PATHS[:20])
     assert all(origin.hits[path] == 1 for path in PATHS), {p: origin.hits[p] for p in PATHS}

@@ -154,7 +154,14 @@ async def test_every_metric_the_dashboard_uses_is_in_a_real_scrape(
                     "http_port": parent.address[1],
                     "icp_port": free_port(),  # nobody answers: the peer is queried, times out
                     "role": "parent",
-                }
+                },
+                {  # (the same cache again, as a one-member cache array: the array's numbers)
+                    "name": "array-member",
+                    "host": "127.0.0.1",
+                    "http_port": parent.address[1],
+                    "icp_port": 0,
+                    "carp": True,
+                },
             ],
             "icp_timeout_max": 0.05,
         },
