@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from harvest_cache.hierarchy.peers import (
+    DEFAULT_HTCP_PORT,
     DEFAULT_ICP_PORT,
     DirectRule,
     Peer,
@@ -423,6 +424,29 @@ class IcpConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class HtcpConfig:
+    port: int | None = setting(
+        None,
+        "UDP port of the cache's HTCP socket (RFC 2756), on `server.listen`'s address: it"
+        " answers other caches' TST and CLR and sends ours. Unset: 4827 if any peer is marked"
+        " `htcp`, else off; 0 turns HTCP off.",
+        integer(0, 65535),
+    )
+    allow: tuple[IPNetwork, ...] = setting(
+        (),
+        "Networks whose caches may ask us TST (Squid's `htcp_access`); others are told they"
+        " may not. Empty denies everyone.",
+        networks,
+    )
+    clr_allow: tuple[IPNetwork, ...] = setting(
+        (),
+        "Networks whose caches may make us forget an object with CLR (Squid's"
+        " `htcp_clr_access`). Empty denies everyone.",
+        networks,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class HierarchyConfig:
     peers: tuple[Peer, ...] = setting(
         (),
@@ -433,8 +457,9 @@ class HierarchyConfig:
         " `closest_only`, `proxy_only` (keep nothing it sends), `no_digest`, `tls` (reached"
         " over TLS, its certificate checked against upstream.tls_ca_file or the system's"
         " store), `carp` (a member of the cache array: each URL goes to its one home, Squid's"
-        " CARP) and `carp_key` (the URL's parts a member hashes: `scheme`, `host`, `port`,"
-        " `path`, `params`). See docs/hierarchy.md.",
+        " CARP), `carp_key` (the URL's parts a member hashes: `scheme`, `host`, `port`,"
+        " `path`, `params`) and `htcp` (asked over HTCP at `icp_port` instead of ICP, with the"
+        " whole request head, and sent our CLRs when we purge). See docs/hierarchy.md.",
         peer_list,
     )
     always_direct: tuple[DirectRule, ...] = setting(
@@ -510,6 +535,7 @@ class Config:
     admin: AdminConfig = field(default_factory=AdminConfig)
     icp: IcpConfig = field(default_factory=IcpConfig)
     hierarchy: HierarchyConfig = field(default_factory=HierarchyConfig)
+    htcp: HtcpConfig = field(default_factory=HtcpConfig)
     bump: BumpConfig = field(default_factory=BumpConfig)
 
     @property
@@ -517,8 +543,15 @@ class Config:
         """The ICP port in use (0: none)."""
         if self.icp.port is not None:
             return self.icp.port
-        queried = any(p.queried for p in self.hierarchy.peers)
+        queried = any(p.queried and not p.htcp for p in self.hierarchy.peers)
         return DEFAULT_ICP_PORT if queried else 0
+
+    @property
+    def htcp_port(self) -> int:
+        """The HTCP port in use (0: none)."""
+        if self.htcp.port is not None:
+            return self.htcp.port
+        return DEFAULT_HTCP_PORT if any(p.htcp for p in self.hierarchy.peers) else 0
 
 
 SECTIONS: dict[str, type[Any]] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]
@@ -549,7 +582,9 @@ def _check_consistency(config: Config, origin: str, problems: list[str]) -> None
             f"{origin}: hierarchy.array_name {hierarchy.array_name!r} names no `carp` peer"
             f" (they are: {', '.join(members) or 'none'})"
         )
-    if config.icp_port == 0 and any(p.queried for p in hierarchy.peers):
+    if config.htcp_port == 0 and any(p.htcp for p in hierarchy.peers):
+        problems.append(f"{origin}: htcp.port is 0 but peers are marked `htcp`")
+    if config.icp_port == 0 and any(p.queried and not p.htcp for p in hierarchy.peers):
         problems.append(
             f"{origin}: icp.port is 0 but peers are to be queried over ICP"
             " (give them icp_port = 0 or no_query, or set icp.port)"

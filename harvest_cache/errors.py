@@ -11,6 +11,7 @@
     ├── IcpError                 an ICP datagram that is not a message to act on
     │   ├── MalformedIcp         truncated, wrong length or version, URL not NUL-terminated
     │   └── UnknownIcpOpcode     an opcode RFC 2186 does not define (ignored, not answered)
+    ├── hierarchy.htcp.MalformedHtcp  an HTCP datagram this code cannot read (counted, dropped)
     └── UpstreamError            the next hop failed; carries the status and a short cause
         ├── DNSFailure           502: the origin's name did not resolve
         ├── ConnectRefused       502: the origin refused the connection

@@ -26,6 +26,20 @@ from prometheus_client.core import (
 from harvest_cache.stats import CacheStats, IcpStats, PeerStats, StoreStats
 from harvest_cache.traffic import KIND, LATENCY_BUCKETS, Traffic
 
+_HTCP_DOCS = {
+    "received": "HTCP datagrams received.",
+    "malformed": "HTCP datagrams that could not be read (dropped).",
+    "denied": "HTCP TSTs and CLRs from addresses not allowed.",
+    "tst_answered": "HTCP TSTs answered.",
+    "tst_hits": "HTCP TSTs answered with a hit.",
+    "clr_received": "HTCP CLRs taken from peers allowed to send them.",
+    "clr_purged": "Of those, the ones that made us forget something.",
+    "queries_sent": "HTCP TSTs sent to peers.",
+    "clr_sent": "HTCP CLRs sent to peers (after a PURGE here).",
+    "replies": "Answers to our HTCP TSTs.",
+    "unexpected_replies": "HTCP answers to no TST of ours.",
+}
+
 
 def _counter(
     name: str, doc: str, labels: Iterable[str], values: dict[tuple[str, ...], float]
@@ -390,6 +404,10 @@ class CacheCollector:
                 (),
                 {(): bump.pinned},
             )
+        htcp = stats.htcp
+        if htcp is not None:
+            for name, value in htcp._asdict().items():
+                yield _counter(f"harvest_cache_htcp_{name}", _HTCP_DOCS[name], (), {(): value})
         array = stats.array
         if array is not None:
             yield _gauge(

@@ -74,6 +74,22 @@ class PeerStats(NamedTuple):
     digest_false_hits: int
 
 
+class HtcpStats(NamedTuple):
+    """The HTCP socket's numbers (RFC 2756)."""
+
+    received: int  # datagrams
+    malformed: int  # datagrams that could not be read (dropped)
+    denied: int  # TSTs and CLRs from addresses not allowed
+    tst_answered: int
+    tst_hits: int
+    clr_received: int
+    clr_purged: int  # CLRs that made us forget something
+    queries_sent: int  # our TSTs
+    clr_sent: int  # our CLRs
+    replies: int  # answers to our TSTs
+    unexpected_replies: int  # answers to no TST of ours
+
+
 class ArrayMemberStats(NamedTuple):
     """One member of the cache array, as this cache routes to it."""
 
@@ -105,5 +121,6 @@ class CacheStats(NamedTuple):
     icp: IcpStats | None
     peers: dict[str, PeerStats] | None  # None: no hierarchy
     array: dict[str, ArrayMemberStats] | None  # None: no cache array
+    htcp: HtcpStats | None  # None: HTCP off
     unexpected_icp_replies: int
     digests: DigestStats | None

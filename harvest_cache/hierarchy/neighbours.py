@@ -18,6 +18,8 @@ from harvest_cache.config import HierarchyConfig
 from harvest_cache.hierarchy.carp import Array
 from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.health import PeerHealth
+from harvest_cache.hierarchy.htcp import Message as HtcpMessage
+from harvest_cache.hierarchy.htcp import Op, Specifier
 from harvest_cache.hierarchy.icp import IcpMessage, Opcode, encode, query
 from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.hierarchy.route import Facts, Hop, Policy, Route, Selection
@@ -34,6 +36,14 @@ class Sender(Protocol):
     """Where queries go out: the ICP endpoint."""
 
     def send(self, data: bytes, addr: Address) -> None: ...
+
+
+class HtcpSender(Protocol):
+    """Where HTCP queries and CLRs go out: the HTCP endpoint."""
+
+    def query(self, trans_id: int, specifier: Specifier, to: Address) -> None: ...
+
+    def clear(self, specifier: Specifier, to: Address) -> None: ...
 
 
 @dataclass(slots=True)
@@ -53,6 +63,7 @@ class Neighbours:
     def __init__(self, config: HierarchyConfig) -> None:
         self.peers = config.peers
         self.sibling_names = frozenset(p.name for p in config.peers if not p.parent)
+        self.htcp_peers = tuple(p for p in config.peers if p.htcp)
         members = [p for p in config.peers if p.carp]
         self.array_names = frozenset(p.name for p in members if p.name != config.array_name)
         array = Array([(p.name, p.weight, p.carp_key) for p in members]) if members else None
@@ -71,6 +82,7 @@ class Neighbours:
             p.name: PeerHealth(config.dead_peer_timeout, config.peer_retry) for p in config.peers
         }
         self._sender: Sender | None = None
+        self._htcp: HtcpSender | None = None
         self.digests: Digests | None = None
         self._icp_addresses: dict[str, Address] = {}
         self._rounds: dict[int, _Round] = {}
@@ -79,13 +91,19 @@ class Neighbours:
         self.unexpected_replies = 0
 
     async def start(
-        self, resolver: Resolver, sender: Sender | None, digests: Digests | None
+        self,
+        resolver: Resolver,
+        sender: Sender | None,
+        digests: Digests | None,
+        htcp: HtcpSender | None = None,
     ) -> None:
-        """Resolve the queried peers' ICP addresses (a reply must come from one of them)."""
+        """Resolve the queried peers' ICP (or HTCP) addresses (a reply must come from one of
+        them), and those of the peers our CLRs go to."""
         self._sender = sender
+        self._htcp = htcp
         self.digests = digests
         for peer in self.peers:
-            if not peer.queried:
+            if not (peer.queried or peer.htcp):
                 continue
             try:
                 ip = (await resolver.resolve(peer.host))[0]
@@ -105,8 +123,8 @@ class Neighbours:
             for p in selection.queries
             if p.name in self._icp_addresses
         }
-        if self._sender is not None and addresses:
-            done = self._query(selection, facts.url, addresses, now)
+        if (self._sender is not None or self._htcp is not None) and addresses:
+            done = self._query(selection, facts, addresses, now)
             route = await done if selection.route is None else selection.route
         else:
             # Decided already (the queries, if any, only probe dead peers), or none to ask.
@@ -117,14 +135,19 @@ class Neighbours:
         return route
 
     def _query(
-        self, selection: Selection, url: str, addresses: dict[Address, Peer], now: float
+        self, selection: Selection, facts: Facts, addresses: dict[Address, Peer], now: float
     ) -> asyncio.Future[Route]:
-        """Send the round's queries; the future is set when the route is decided."""
-        assert self._sender is not None
+        """Send the round's queries (ICP, or HTCP TST with the request head to peers marked
+        so); the future is set when the route is decided."""
         number = next(self._numbers) & 0xFFFF_FFFF or next(self._numbers)
-        datagram = encode(query(number, url, src_rtt=True))
+        datagram = encode(query(number, facts.url, src_rtt=True))
+        specifier = Specifier(facts.method, facts.url, "HTTP/1.1", facts.headers)
         for addr, peer in addresses.items():
-            self._sender.send(datagram, addr)
+            if not peer.htcp:
+                if self._sender is not None:
+                    self._sender.send(datagram, addr)
+            elif self._htcp is not None:
+                self._htcp.query(number, specifier, addr)
             self.health[peer.name].queried(now)
         done: asyncio.Future[Route] = self._loop.create_future()
         entry = _Round(selection, now, addresses, done)
@@ -137,20 +160,42 @@ class Neighbours:
     def reply(self, message: IcpMessage, addr: Address) -> bool:
         """Take a reply to one of our queries; False if it is none (not from the peer asked,
         or for no round of ours), for the endpoint to count as dropped."""
-        entry = self._rounds.get(message.request_number)
+        src_rtt = message.src_rtt
+        rtt = src_rtt[1] if src_rtt else None
+        return self._take(message.request_number, message.opcode, rtt, addr)
+
+    def _take(self, number: int, opcode: Opcode, src_rtt: int | None, addr: Address) -> bool:
+        entry = self._rounds.get(number)
         peer = entry.addresses.get(addr) if entry is not None else None
         if entry is None or peer is None or peer.name in entry.replied:
             self.unexpected_replies += 1  # (a duplicate must not count as a second answer)
             return False
         entry.replied.add(peer.name)
         now = self._loop.time()
-        hit = message.opcode in (Opcode.HIT, Opcode.HIT_OBJ)
+        hit = opcode in (Opcode.HIT, Opcode.HIT_OBJ)
         self.health[peer.name].replied(now - entry.sent_at, hit)
-        src_rtt = message.src_rtt
-        route = entry.selection.reply(peer, message.opcode, src_rtt[1] if src_rtt else None, now)
+        route = entry.selection.reply(peer, opcode, src_rtt, now)
         if route is not None and not entry.done.done():
             entry.done.set_result(route)
         return True
+
+    def htcp_reply(self, message: HtcpMessage, addr: Address) -> bool:
+        """Take an HTCP answer to one of our TSTs (a hit, a miss, or MO=1: the peer would
+        not answer, taken as a miss); False if it is none, for the endpoint to count."""
+        if message.op is not Op.TST:
+            return False
+        opcode = Opcode.HIT if message.hit else Opcode.MISS
+        return self._take(message.trans_id, opcode, None, addr)
+
+    def clear_peers(self, method: str, url: str) -> None:
+        """Tell the peers marked ``htcp`` to forget ``url`` (a CLR each, no answer asked)."""
+        if self._htcp is None:
+            return
+        specifier = Specifier(method, url, "HTTP/1.1", ())
+        for peer in self.htcp_peers:
+            addr = self._icp_addresses.get(peer.name)
+            if addr is not None:
+                self._htcp.clear(specifier, addr)
 
     def _expire(self, number: int) -> None:
         entry = self._rounds.pop(number, None)

@@ -25,6 +25,7 @@ OPTIONS = (
     "no_digest",
     "tls",
     "carp",
+    "htcp",
 )
 _PEER_KEYS = (
     "name",
@@ -45,6 +46,7 @@ _DOMAIN = re.compile(r"!?\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?")
 _METHOD = re.compile(r"[A-Z][A-Z0-9_-]*")
 DEFAULT_HTTP_PORT = 3128
 DEFAULT_ICP_PORT = 3130
+DEFAULT_HTCP_PORT = 4827  # (IANA's, RFC 2756 2.3)
 
 
 def domain_matches(host: str, pattern: str) -> bool:
@@ -87,6 +89,7 @@ class Peer:
     tls: bool = False  # reached over TLS, its certificate verified (Squid's cache_peer ... tls)
     carp: bool = False  # a member of the cache array (Squid's cache_peer ... carp)
     carp_key: tuple[str, ...] = ()  # the URL's parts it hashes (empty: the whole URL)
+    htcp: bool = False  # asked over HTCP (at icp_port) instead of ICP, and sent our CLRs
 
     @property
     def parent(self) -> bool:
@@ -196,7 +199,7 @@ def _flag(v: Any, key: str) -> bool:
 def peer_list(v: Any) -> tuple[Peer, ...]:
     """``[[hierarchy.peers]]``: ``{name?, host, http_port?, icp_port?, role?, weight?,
     domains?, no_query?, default?, round_robin?, closest_only?, proxy_only?, no_digest?,
-    tls?, carp?, carp_key?}``."""
+    tls?, carp?, carp_key?, htcp?}``."""
     peers = _each_table(v, "peers", _PEER_KEYS, _peer)
     names = [p.name for p in peers]
     twice = sorted({n for n in names if names.count(n) > 1})

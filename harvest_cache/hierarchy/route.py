@@ -51,6 +51,8 @@ class Facts:
     hierarchical: bool
     loop: bool = False
     from_array: bool = False  # sent by a member of our array: its home is here
+    # The request's end-to-end fields (for HTCP queries; empty when no peer is asked so).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,8 @@ from harvest_cache.bump.decision import Pins
 from harvest_cache.config import Config, ca_directory
 from harvest_cache.hierarchy.digests import Digests
 from harvest_cache.hierarchy.endpoint import IcpEndpoint
+from harvest_cache.hierarchy.htcp import Detail, Specifier
+from harvest_cache.hierarchy.htcp_endpoint import HtcpEndpoint
 from harvest_cache.hierarchy.neighbours import Neighbours
 from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.outbox import Outbox
@@ -52,6 +54,7 @@ _FIXED: dict[str, tuple[str, ...] | None] = {
     "dns": None,
     "upstream": None,
     "bump": ("enabled", "ca_dir", "certificates"),
+    "htcp": ("port",),
 }
 
 
@@ -171,6 +174,7 @@ class CacheServer:
         self.proxy: Proxy | None = None
         self.icp: IcpEndpoint | None = None
         self.icp_queries: IcpEndpoint | None = None  # (with several workers)
+        self.htcp: HtcpEndpoint | None = None
         self._server: asyncio.Server | None = None
         self.address: tuple[str, int] = (config.server.listen.host, config.server.listen.port)
 
@@ -199,6 +203,8 @@ class CacheServer:
                 await self._server.wait_closed()
             if self.icp is not None:
                 self.icp.close()
+            if self.htcp is not None:
+                self.htcp.close()
             if self._digest_task is not None:
                 self._digest_task.cancel()
             await self.tasks.cancel()
@@ -223,6 +229,8 @@ class CacheServer:
         log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
         if self.config.icp_port:
             await self._listen_icp()
+        if self.config.htcp_port:
+            await self._listen_htcp()
         await self._start_hierarchy()
         admin = self.config.admin.listen
         if admin is not None:
@@ -264,6 +272,8 @@ class CacheServer:
             own,
         )
         proxy.bumper = self.bumper
+        if self.neighbours is not None and self.neighbours.htcp_peers:
+            proxy.on_purged = self.neighbours.clear_peers
         return proxy
 
     async def _start_hierarchy(self) -> None:
@@ -274,8 +284,10 @@ class CacheServer:
             self.icp.retarget(self.proxy.heuristics, reply if sender is self.icp else None)
         if self.icp_queries is not None:
             self.icp_queries.retarget(self.proxy.heuristics, reply)
+        if self.htcp is not None:
+            self.htcp.replies = self.neighbours.htcp_reply if self.neighbours is not None else None
         if self.neighbours is not None:
-            await self.neighbours.start(self.resolver, sender, self.digests)
+            await self.neighbours.start(self.resolver, sender, self.digests, self.htcp)
             for peer in self.config.hierarchy.peers:
                 log.info("peer: %s", peer)
         if self.digests is not None:
@@ -321,6 +333,30 @@ class CacheServer:
         await self._start_hierarchy()
         logging.getLogger("harvest_cache").setLevel(config.log.level.upper())
         return fixed
+
+    async def _listen_htcp(self) -> None:
+        """The HTCP socket: other caches' TSTs and CLRs answered by the proxy in use."""
+
+        def proxy() -> Proxy:
+            assert self.proxy is not None
+            return self.proxy
+
+        async def test(spec: Specifier) -> tuple[bool, Detail]:
+            return await proxy().htcp_test(spec)
+
+        async def clear(spec: Specifier) -> int:
+            return await proxy().htcp_clear(spec)
+
+        self.htcp = await HtcpEndpoint.open(
+            self.config.server.listen.host,
+            self.config.htcp_port,
+            test,
+            clear,
+            lambda ip: address_in(ip, self.config.htcp.allow),
+            lambda ip: address_in(ip, self.config.htcp.clr_allow),
+            self.tasks,
+        )
+        log.info("HTCP on %s:%d", *self.htcp.address)
 
     async def _listen_icp(self) -> None:
         assert self.proxy is not None
@@ -418,6 +454,7 @@ class CacheServer:
             icp=self.icp.stats() if self.icp is not None else None,
             peers=neighbours.stats() if neighbours is not None else None,
             array=neighbours.array_stats() if neighbours is not None else None,
+            htcp=self.htcp.stats() if self.htcp is not None else None,
             unexpected_icp_replies=neighbours.unexpected_replies if neighbours is not None else 0,
             digests=self.digests.stats() if self.digests is not None else None,
         )
@@ -443,6 +480,8 @@ class CacheServer:
         for endpoint in (self.icp, self.icp_queries):
             if endpoint is not None:
                 endpoint.close()
+        if self.htcp is not None:
+            self.htcp.close()
         if self.neighbours is not None:
             self.neighbours.close()
         if self._digest_task is not None:

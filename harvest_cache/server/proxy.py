@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from secrets import token_hex
 from typing import assert_never
 
 from harvest_cache.config import CacheConfig, Config
 from harvest_cache.errors import NoRoute, RequestError, UpstreamError
 from harvest_cache.hierarchy.digests import CONTENT_TYPE, DIGEST_PATH, Digests
+from harvest_cache.hierarchy.htcp import Detail, Specifier
+from harvest_cache.hierarchy.responder import HIT_MIN_TTL, fresh_for
 from harvest_cache.hierarchy.route import Hop
 from harvest_cache.http import conditional, forwarding, partial
 from harvest_cache.http.cache_control import DEFAULT as NO_DIRECTIVES
@@ -95,6 +98,9 @@ from harvest_cache.upstream.pool import Pool
 from harvest_common.tasks import TaskSet
 
 log = logging.getLogger("harvest_cache")
+# The stored fields a TST answer tells (RFC 2756 3.3: response and entity headers).
+_HTCP_RESPONSE = frozenset({"date", "cache-control", "etag", "vary"})
+_HTCP_ENTITY = frozenset({"expires", "last-modified", "content-type", "content-length"})
 
 # Bodies smaller than this are joined to their head for a single send.
 _COALESCE = 64 * 1024
@@ -173,6 +179,8 @@ class Proxy:
         self._refreshing: set[str] = set()  # keys revalidated in the background
         # Intercepts CONNECT tunnels when bump.enabled (the server's, set after it is made).
         self.bumper: Bumper | None = None
+        # Told of each URL purged here (the server's: HTCP CLRs to the peers marked htcp).
+        self.on_purged: Callable[[str, str], None] | None = None
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
         # Prepared hits' bodies are the memory tier's while they are valid, so a bound of the
@@ -468,11 +476,59 @@ class Proxy:
             tx.result = "TCP_DENIED"
             raise RequestError(403, "PURGE is not allowed from your address", close=False)
         tx.result = "TCP_MISS"
-        held_parts = await self.partials.drop(target.url)
-        if await self._store.purge(target.url) or held_parts:
+        purged = await self._purge_url(target.url)
+        if self.on_purged is not None:
+            self.on_purged("GET", target.url)  # (the peers forget it too)
+        if purged:
             await reply.send_text(200, "OK", "purged\n", Headers())
         else:
             await reply.send_text(404, "Not Found", "not in the cache\n", Headers())
+
+    async def _purge_url(self, url: str) -> bool:
+        """Drop every object and part held for ``url``; whether there was any."""
+        held_parts = await self.partials.drop(url)
+        return await self._store.purge(url) or held_parts
+
+    # -- HTCP (RFC 2756): other caches' TST and CLR ----------------------------------------------
+
+    async def htcp_test(self, spec: Specifier) -> tuple[bool, Detail]:
+        """Whether we hold, fresh for ``HIT_MIN_TTL`` more, the response ``spec``'s request
+        would get (the variant its fields select; for a request with credentials, only one
+        the origin let be shared), and what to tell of it."""
+        try:
+            target = parse_absolute(spec.uri)
+        except RequestError:
+            return False, Detail()
+        headers = Headers(list(spec.headers))
+        url = target.url
+        found = await self._lookup(url)
+        if isinstance(found, VaryMarker):
+            found = await self._lookup(variant_key(url, found, vary_key(found.names, headers)))
+        now = time.time()
+        if not isinstance(found, StoredObject):
+            return False, Detail((("Age", "0"),))
+        head = found.head
+        stored = Headers(list(head.headers))
+        cc = parse_cache_control(stored.get_all("Cache-Control"))
+        shared = cc.public or cc.s_maxage is not None or cc.must_revalidate
+        heuristic = self.heuristics.for_url(url)
+        hit = fresh_for(head, HIT_MIN_TTL, now, heuristic) and (
+            "Authorization" not in headers or shared
+        )
+        reuse = evaluate(head, NO_DIRECTIVES, now, heuristic)
+        age = ("Age", str(int(reuse.age)))
+        response = (age, *((n, v) for n, v in head.headers if n.lower() in _HTCP_RESPONSE))
+        entity = tuple((n, v) for n, v in head.headers if n.lower() in _HTCP_ENTITY)
+        return hit, Detail(response, entity)
+
+    async def htcp_clear(self, spec: Specifier) -> int:
+        """Forget ``spec``'s URL (its every variant and part): the CLR RESPONSE, 0 if
+        something was held, 2 if not."""
+        try:
+            target = parse_absolute(spec.uri)
+        except RequestError:
+            return 2
+        return 0 if await self._purge_url(target.url) else 2
 
     # -- our cache digest ----------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from harvest_cache.hierarchy.neighbours import Neighbours
 from harvest_cache.hierarchy.peers import Peer
 from harvest_cache.hierarchy.route import DIRECT, Facts, Hop, Route
 from harvest_cache.http.cache_control import parse_cache_control
-from harvest_cache.http.forwarding import is_loop
+from harvest_cache.http.forwarding import HOP_BY_HOP, is_loop
+from harvest_cache.http.headers import Headers
 from harvest_cache.http.target import Target
 from harvest_cache.server.request import Request
 from harvest_cache.upstream.client import OWN_REQUEST, Exchange, OutgoingRequest, send
@@ -26,6 +27,11 @@ from harvest_cache.upstream.pool import Pool
 _DIRECT_ONLY = Route((DIRECT,))
 # A sibling's answer to only-if-cached when it does not hold the object (RFC 9111 5.2.1.7).
 _NOT_HELD = 504
+
+
+def end_to_end(headers: Headers) -> tuple[tuple[str, str], ...]:
+    """A request's fields as an HTCP TST carries them: the end-to-end ones (RFC 2756 3.2)."""
+    return tuple((n, v) for n, v in headers if n.lower() not in HOP_BY_HOP)
 
 
 def hierarchical(req: Request) -> bool:
@@ -77,6 +83,7 @@ class Router:
             is_loop(req.headers, self._name),
             # (a member of our array sent it here, its home: not sent on to another)
             self._last_via(req) in self.neighbours.array_names,
+            end_to_end(req.headers) if self.neighbours.htcp_peers else (),
         )
         return await self.neighbours.route(facts)
 
