@@ -258,7 +258,7 @@ def test_unknown_keys_are_all_named_with_the_known_ones() -> None:
     message = problem([{"host": "p.example", "colour": "red", "address": "x"}])
     assert message.startswith("peers 1: unknown key address, colour (known: name, host, ")
     assert "carp_key, no_query" in message
-    assert "tls, carp)" in message
+    assert "tls, carp, htcp)" in message
 
 
 def test_several_bad_tables_are_reported_together() -> None:
