@@ -179,7 +179,8 @@ class Proxy:
         self._refreshing: set[str] = set()  # keys revalidated in the background
         # Intercepts CONNECT tunnels when bump.enabled (the server's, set after it is made).
         self.bumper: Bumper | None = None
-        # Told of each URL purged here (the server's: HTCP CLRs to the peers marked htcp).
+        # Told of each URL purged or invalidated here (the server's: HTCP CLRs to the peers
+        # marked htcp).
         self.on_purged: Callable[[str, str], None] | None = None
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
@@ -1091,6 +1092,8 @@ class Proxy:
             for url in changes.invalidated:
                 await self._store.delete(url)
                 await self.partials.drop(url)
+                if self.on_purged is not None:
+                    self.on_purged("GET", url)  # (as Squid's CLR on invalidation)
             if described is not None:
                 if changes.freshened is not None:
                     await self._store.update_head(described[0], changes.freshened)
