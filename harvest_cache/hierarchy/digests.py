@@ -54,7 +54,8 @@ class Digests:
         self._store = store
         self._heuristic_for = heuristic_for
         self._fetch = fetch
-        self._peers = tuple(p for p in config.peers if not p.no_digest)
+        # (an array's members are chosen by the URL's hash, not by what they hold)
+        self._peers = tuple(p for p in config.peers if not p.no_digest and not p.carp)
         self._theirs: dict[str, PeerDigest] = {}
         self.own: bytes | None = None
         self.own_built = 0.0  # wall-clock time of the last build

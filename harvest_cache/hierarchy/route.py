@@ -15,8 +15,11 @@ it ends in a :class:`Route`, the hops to try in order. The order:
    answer (FIRST_PARENT_MISS), each divided by the parent's weight. Sibling misses count
    for nothing: siblings serve hits alone. A peer that answers MISS_NOFETCH, DENIED or ERR
    is left out of this request's route.
-4. Other parents: round-robin ones (ROUNDROBIN_PARENT), a lone parent (SINGLE_PARENT), the
-   first one up (FIRST_UP_PARENT), the default one (DEFAULT_PARENT), then any other up.
+4. The URL's home in the cache array (CARP: peers marked ``carp``), then the members its URLs
+   go to when the home is not up; in front mode, down to this cache itself, which fetches
+   the URLs whose home it is. Members take no other requests and are never asked over ICP.
+   Then other parents: round-robin ones (ROUNDROBIN_PARENT), a lone parent (SINGLE_PARENT),
+   the first one up (FIRST_UP_PARENT), the default one (DEFAULT_PARENT), then any other up.
 5. The origin (HIER_DIRECT), unless a ``never_direct`` rule matches: then with no parent
    left the request fails (NO_DIRECT_FAIL).
 
