@@ -20,7 +20,7 @@ from gatherer.config import load as load_gatherer
 from harvest_cache.cli import main
 from replicator.cli import main as replicator_main
 from replicator.config import load as load_replicator
-from tests.support import MakeCache, Origin, free_port, proxy_client, static
+from tests.support import MakeCache, Origin, free_port, free_udp_port, proxy_client, static
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -166,6 +166,7 @@ async def test_every_metric_the_dashboard_uses_is_in_a_real_scrape(
             "icp_timeout_max": 0.05,
         },
         icp={"port": free_port()},
+        htcp={"port": free_udp_port()},  # (its counters are on the dashboard too)
     )
     origin.route("/d", static(b"d", {"Cache-Control": "max-age=60"}))
     async with proxy_client(child) as client:
