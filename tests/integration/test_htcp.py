@@ -130,3 +130,33 @@ async def test_a_peer_not_allowed_to_ask_is_told_so(
     assert asked is not None
     assert (counts.denied, counts.tst_answered) == (1, 0)
     assert asked.replies == 1  # (the refusal came back, at once: no wait for a timeout)
+
+
+async def test_datagrams_that_are_not_htcp_are_counted_and_dropped(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    origin.route("/m", static(b"m", {"Cache-Control": "max-age=600"}))
+    sibling, child = await pair(make_cache, str(tmp_path), allow=LOOPBACK)
+    assert sibling.htcp is not None
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_datagram_endpoint(
+        asyncio.DatagramProtocol, remote_addr=sibling.htcp.address
+    )
+    try:
+        for junk in (b"\x00", b"\xff" * 40, b"\x00\x10\x00\x00" + b"\x00" * 12):
+            transport.sendto(junk)
+        for _ in range(100):  # (bounded: datagrams on loopback)
+            counts = sibling.stats().htcp
+            assert counts is not None
+            if counts.received >= 3:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        transport.close()
+    counts = sibling.stats().htcp
+    assert counts is not None
+    assert (counts.received, counts.malformed) == (3, 3)
+    # And it still answers.
+    assert await get(sibling, origin.url("/m")) == (200, b"m")
+    assert await get(child, origin.url("/m")) == (200, b"m")
+    assert origin.hits["/m"] == 1
