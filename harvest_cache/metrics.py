@@ -349,6 +349,13 @@ class CacheCollector:
                 {(p,): h.rtt for p, h in health.items() if h.rtt is not None},
             )
             yield _gauge(
+                "harvest_cache_peer_response_seconds",
+                "Smoothed time from a request sent to each peer to its answer's head (peers never"
+                " sent one are left out).",
+                ("peer",),
+                {(p,): h.response_time for p, h in health.items() if h.response_time is not None},
+            )
+            yield _gauge(
                 "harvest_cache_peer_state",
                 "1 for each peer's state: alive, dead (ICP silent) or down (TCP refused).",
                 ("peer", "state"),

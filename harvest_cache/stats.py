@@ -72,6 +72,7 @@ class PeerStats(NamedTuple):
     connect_failures: int
     digest_hits: int
     digest_false_hits: int
+    response_time: float | None  # smoothed seconds to an answer's head (None: never asked)
 
 
 class HtcpStats(NamedTuple):

@@ -32,6 +32,7 @@ class PeerHealth:
     uses: int = 0  # requests sent to it (round-robin parents take turns by this)
     digest_hits: int = 0  # requests sent to it because its digest listed the URL
     digest_false_hits: int = 0  # of those, the ones it did not answer from its cache
+    response_time: float | None = None  # smoothed seconds from a request to its answer's head
 
     def queried(self, now: float) -> None:
         self.queries += 1
@@ -48,6 +49,11 @@ class PeerHealth:
 
     def used(self) -> None:
         self.uses += 1
+
+    def answered(self, seconds: float) -> None:
+        """A request sent to it got its answer's head ``seconds`` after it was sent."""
+        old = self.response_time
+        self.response_time = seconds if old is None else old + _GAIN * (seconds - old)
 
     def digest_answered(self, hit: bool) -> None:
         self.digest_hits += 1

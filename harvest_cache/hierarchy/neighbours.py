@@ -206,6 +206,10 @@ class Neighbours:
         if not entry.done.done():
             entry.done.set_result(entry.selection.expire(self._loop.time()))
 
+    def answered(self, peer: Peer, seconds: float) -> None:
+        """A request sent to ``peer`` had its answer's head ``seconds`` later."""
+        self.health[peer.name].answered(seconds)
+
     def used(self, hop: Hop) -> None:
         if hop.peer is not None:
             self.health[hop.peer.name].used()
@@ -233,6 +237,7 @@ class Neighbours:
                 h.connect_failures,
                 h.digest_hits,
                 h.digest_false_hits,
+                h.response_time,
             )
         return out
 

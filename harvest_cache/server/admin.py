@@ -185,6 +185,9 @@ class AdminServer:
                 "hits": peer.hits,
                 "timeouts": peer.timeouts,
                 "requests": peer.uses,
+                "response_ms": None
+                if peer.response_time is None
+                else round(peer.response_time * 1000, 3),
                 "digest_hits": peer.digest_hits,
                 "digest_false_hits": peer.digest_false_hits,
             }

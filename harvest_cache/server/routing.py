@@ -125,6 +125,8 @@ class Router:
                 continue
             if self.neighbours is not None:
                 self.neighbours.used(hop)
+                if peer is not None:
+                    self.neighbours.answered(peer, time.time() - request_time)
             return exchange, hop, request_time
         # (A route with the origin on it never gets here: that hop answers or raises.)
         cause = f": {failure.cause}" if failure is not None else ""

@@ -91,6 +91,9 @@ async def test_an_array_of_three_with_a_child(
     assert {n: s.homes for n, s in shares.items()} == {
         n: 2 * sum(1 for p in PATHS if home[p] == n) for n in NAMES
     }
+    peers = child.stats().peers
+    assert peers is not None
+    assert all(peers[n].uses > 0 and peers[n].response_time is not None for n in NAMES)
     for cache in caches.values():
         await get_all(cache, origin, PATHS[:20])
     assert all(origin.hits[path] == 1 for path in PATHS), {p: origin.hits[p] for p in PATHS}
