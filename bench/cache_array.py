@@ -11,7 +11,7 @@ could keep), origin requests and ICP datagrams per client request. Then the late
 adds to a hit it forwards to the URL's home (a hit asked of another member, against the
 same hit asked of its home), the median of many.
 
-    .venv/bin/python bench/array.py [--requests 60000] [--urls 100000] [--memory-mb 32]
+    .venv/bin/python bench/cache_array.py [--requests 60000] [--urls 100000] [--memory-mb 32]
 """
 
 from __future__ import annotations
