@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import socket
-import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -14,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 import zstandard
 from aiohttp import web
 
@@ -30,6 +28,7 @@ from harvest_cache.server.app import CacheServer
 from harvest_common.soif import Decoder, Item, Record, encode, encode_delete, encode_update
 from harvest_common.soif.transport import STEP, ZSTD_SLICE
 from tests.support import Origin, stop_and_read_log
+from tests.tls_support import HOST, https_cache, make_trust, tls_origin
 
 NAME = "g1"
 NOW = 1_800_000_000.0  # when the broker commits (epoch seconds)
@@ -387,29 +386,17 @@ async def test_a_pull_from_an_https_source_goes_through_the_cache_in_absolute_fo
     registry: Registry, make_cache: Callable[..., Awaitable[CacheServer]], tmp_path: Path
 ) -> None:
     """The cache fetches the source over TLS (verifying it) and logs its https:// URL."""
-    authority = trustme.CA()
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("gatherer.harvest.test").configure_cert(context)
-    trusted = tmp_path / "source-ca.pem"
-    authority.cert_pem.write_to_path(str(trusted))
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 gatherer.harvest.test\n")
-    source = Origin(context)
-    await source.start()
-    try:
+    trust = make_trust(tmp_path)
+    async with tls_origin(trust.context(trust.ca.issue_cert(HOST))) as source:
         source.route("/records", answer(soif(many(20)), coding="zstd"))
-        cache = await make_cache(
-            dns={"hosts_file": str(hosts)}, upstream={"tls_ca_file": str(trusted)}
-        )
+        cache = await https_cache(make_cache, trust)
         proxied = settings(proxy=f"http://127.0.0.1:{cache.address[1]}")
-        base = source.url("", "gatherer.harvest.test")
+        base = source.url("", HOST)
         async with Collector(proxied, registry) as collector:
             result = await collector.pull(collection(base, via_proxy=True), now=NOW)
         assert result.items == 20
         assert source.hits["/records"] == 1
         lines = await stop_and_read_log(cache)
-    finally:
-        await source.stop()
     assert [(line.method, line.url.split("?")[0]) for line in lines] == [("GET", f"{base}/records")]
 
 

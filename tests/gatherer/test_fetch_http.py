@@ -29,6 +29,7 @@ from tests.support import (
     static,
     stop_and_read_log,
 )
+from tests.tls_support import HOST, https_cache, make_trust, tls_origin
 
 MiB = 1024 * 1024
 LAST_MODIFIED = "Mon, 02 Nov 2026 10:00:00 GMT"
@@ -345,24 +346,12 @@ async def test_https_through_the_harvest_cache(
     """In absolute form (the default) the cache fetches an https:// URL over TLS and caches
     it; as a tunnel it relays bytes, and the gatherer verifies the origin itself (here it
     cannot: the origin's authority is the cache's alone to trust)."""
-    authority = trustme.CA()
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("origin.harvest.test").configure_cert(context)
-    trusted = tmp_path / "origin-ca.pem"
-    authority.cert_pem.write_to_path(str(trusted))
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 origin.harvest.test\n")
-    origin = Origin(context)
-    await origin.start()
-    try:
+    trust = make_trust(tmp_path)
+    async with tls_origin(trust.context(trust.ca.issue_cert(HOST))) as origin:
         origin.route("/doc", static(b"secure document", {"Cache-Control": "max-age=60"}))
-        cache = await make_cache(
-            dns={"hosts_file": str(hosts)},
-            upstream={"tls_ca_file": str(trusted)},
-            access={"connect_ports": ["1024-65535"]},
-        )
+        cache = await https_cache(make_cache, trust, access={"connect_ports": ["1024-65535"]})
         proxy = f"http://127.0.0.1:{cache.address[1]}"
-        url = origin.url("/doc", "origin.harvest.test")
+        url = origin.url("/doc", HOST)
         overrides = {"proxy": proxy, "https_via_proxy": https_via_proxy}
         if https_via_proxy == "tunnel":
             assert (await failure(url, **overrides)).kind == "connect"
@@ -376,12 +365,10 @@ async def test_https_through_the_harvest_cache(
         assert origin.hits["/doc"] == 1  # the second fetch was a cache hit
         assert first.request_head.startswith(f"GET {url} HTTP/1.1\r\n".encode())
         lines = await stop_and_read_log(cache)
-        assert [(line.result, line.url) for line in lines] == [
-            ("TCP_MISS", url),
-            ("TCP_MEM_HIT", url),
-        ]
-    finally:
-        await origin.stop()
+    assert [(line.result, line.url) for line in lines] == [
+        ("TCP_MISS", url),
+        ("TCP_MEM_HIT", url),
+    ]
 
 
 async def test_robots(origin: Origin) -> None:
