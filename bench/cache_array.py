@@ -17,7 +17,6 @@ same hit asked of its home), the median of many.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import statistics
@@ -78,13 +77,7 @@ def icp_sent(admin: dict[str, int]) -> int:
     """ICP queries the caches sent (their metrics)."""
     total = 0
     for port in admin.values():
-        conn = http.client.HTTPConnection(base.HOST, port, timeout=10)
-        try:
-            conn.request("GET", "/metrics")
-            text = conn.getresponse().read().decode()
-        finally:
-            conn.close()
-        for line in text.splitlines():
+        for line in base.scrape_metrics(port).splitlines():
             if line.startswith("harvest_cache_icp_queries_sent_total{"):
                 total += int(float(line.split()[-1]))
     return total

@@ -717,13 +717,7 @@ class Proxy:
         behind (its metric); 0 for Squid, which has no such counter."""
         if self.admin_port is None:
             return 0
-        conn = http.client.HTTPConnection(HOST, self.admin_port, timeout=10)
-        try:
-            conn.request("GET", "/metrics")
-            text = conn.getresponse().read().decode()
-        finally:
-            conn.close()
-        for line in text.splitlines():
+        for line in scrape_metrics(self.admin_port).splitlines():
             if line.startswith("harvest_cache_store_disk_skips_total "):
                 return int(float(line.split()[1]))
         return 0
@@ -771,6 +765,16 @@ class Proxy:
 
     def stop(self) -> None:
         self.procs.stop(self.proc, grace=10)
+
+
+def scrape_metrics(admin_port: int) -> str:
+    """The text a harvest-cache's admin listener serves at /metrics."""
+    conn = http.client.HTTPConnection(HOST, admin_port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        return conn.getresponse().read().decode()
+    finally:
+        conn.close()
 
 
 def write_report(report: dict[str, Any], output: Path) -> None:

@@ -84,7 +84,7 @@ class Neighbours:
         self._sender: Sender | None = None
         self._htcp: HtcpSender | None = None
         self.digests: Digests | None = None
-        self._icp_addresses: dict[str, Address] = {}
+        self._query_addresses: dict[str, Address] = {}
         self._rounds: dict[int, _Round] = {}
         self._numbers = itertools.count(1)
         self._loop = asyncio.get_running_loop()
@@ -111,7 +111,7 @@ class Neighbours:
                 log.warning("peer %s: cannot resolve %s; not queried", peer.name, peer.host)
                 self.health[peer.name].connect_failed(self._loop.time())
                 continue
-            self._icp_addresses[peer.name] = (ip, peer.icp_port)
+            self._query_addresses[peer.name] = (ip, peer.icp_port)
 
     async def route(self, facts: Facts) -> Route:
         """The hops for a request, after an ICP round if one is called for."""
@@ -119,9 +119,9 @@ class Neighbours:
         held = self.digests.lookup(facts.url) if self.digests is not None else None
         selection = Selection(facts, self.policy, self.health, now, held)
         addresses = {
-            self._icp_addresses[p.name]: p
+            self._query_addresses[p.name]: p
             for p in selection.queries
-            if p.name in self._icp_addresses
+            if p.name in self._query_addresses
         }
         if (self._sender is not None or self._htcp is not None) and addresses:
             done = self._query(selection, facts, addresses, now)
@@ -187,13 +187,13 @@ class Neighbours:
         opcode = Opcode.HIT if message.hit else Opcode.MISS
         return self._take(message.trans_id, opcode, None, addr)
 
-    def clear_peers(self, method: str, url: str) -> None:
+    def clear_peers(self, url: str) -> None:
         """Tell the peers marked ``htcp`` to forget ``url`` (a CLR each, no answer asked)."""
         if self._htcp is None:
             return
-        specifier = Specifier(method, url, "HTTP/1.1", ())
+        specifier = Specifier("GET", url, "HTTP/1.1", ())
         for peer in self.htcp_peers:
-            addr = self._icp_addresses.get(peer.name)
+            addr = self._query_addresses.get(peer.name)
             if addr is not None:
                 self._htcp.clear(specifier, addr)
 

@@ -181,7 +181,7 @@ class Proxy:
         self.bumper: Bumper | None = None
         # Told of each URL purged or invalidated here (the server's: HTCP CLRs to the peers
         # marked htcp).
-        self.on_purged: Callable[[str, str], None] | None = None
+        self.on_purged: Callable[[str], None] | None = None
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
         # Prepared hits' bodies are the memory tier's while they are valid, so a bound of the
@@ -479,7 +479,7 @@ class Proxy:
         tx.result = "TCP_MISS"
         purged = await self._purge_url(target.url)
         if self.on_purged is not None:
-            self.on_purged("GET", target.url)  # (the peers forget it too)
+            self.on_purged(target.url)  # (the peers forget it too)
         if purged:
             await reply.send_text(200, "OK", "purged\n", Headers())
         else:
@@ -1093,7 +1093,7 @@ class Proxy:
                 await self._store.delete(url)
                 await self.partials.drop(url)
                 if self.on_purged is not None:
-                    self.on_purged("GET", url)  # (as Squid's CLR on invalidation)
+                    self.on_purged(url)  # (as Squid's CLR on invalidation)
             if described is not None:
                 if changes.freshened is not None:
                     await self._store.update_head(described[0], changes.freshened)
