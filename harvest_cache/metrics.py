@@ -223,6 +223,13 @@ class CacheCollector:
             (),
             {(): store.disk_skips},
         )
+        yield _counter(
+            "harvest_cache_store_disk_reads",
+            "Objects read from the disk tier, by whether they were promoted into the memory"
+            " tier (once it is full, on a second read among its recent ones).",
+            ("promoted",),
+            {("true",): store.promotions, ("false",): store.kept_on_disk},
+        )
         partial = stats.partial
         yield _counter(
             "harvest_cache_partial_parts_stored",

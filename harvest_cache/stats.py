@@ -17,6 +17,8 @@ class StoreStats(NamedTuple):
     read_failures: int  # disk reads that failed (each served as a miss)
     write_failures: int
     disk_skips: int  # small objects not stored on disk: its writer was too far behind
+    promotions: int  # objects read from disk and put into the memory tier
+    kept_on_disk: int  # objects read from disk and not promoted (store.admission)
 
 
 class PartialStats(NamedTuple):

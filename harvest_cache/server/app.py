@@ -437,6 +437,8 @@ class CacheServer:
                 store.read_failures,
                 store.write_failures,
                 store.disk_skips,
+                store.promotions,
+                store.kept_on_disk,
             ),
             partial=PartialStats(
                 self.partials.parts_stored, self.partials.completed, self.partials.lost

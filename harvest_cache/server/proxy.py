@@ -300,7 +300,8 @@ class Proxy:
         now: float,
     ) -> bool:
         """Answer a plain GET for a fresh object the disk tier holds and the page cache has
-        (read without waiting, promoted), as a prepared hit; False if it is not one."""
+        (read without waiting), as a prepared hit (kept if the object was promoted into the
+        memory tier); False if it is not one."""
         memory = self._memory
         if not memory.on_disk(key) or memory.peek(key) is not None:
             return False
@@ -310,15 +311,19 @@ class Proxy:
         reuse = evaluate(found.head, NO_DIRECTIVES, now, self.heuristics.for_url(key))
         if not isinstance(reuse, Fresh):
             return False
-        entry = self._hot.add(target, key, found, reuse.age, reuse.ttl, now, copy_pages=False)
+        hot = self._hot
+        if found.tier == "memory":
+            entry = hot.add(target, key, found, reuse.age, reuse.ttl, now, copy_pages=False)
+        else:
+            entry = hot.prepare(key, found, reuse.age, reuse.ttl, now)
         if entry is None:
             return False
-        answer = self._hot.head(entry, now, not keep_alive, version == "1.0")
+        answer = hot.head(entry, now, not keep_alive, version == "1.0")
         conn.write_response(answer, entry.body)
         size = len(answer) + len(entry.body)
         self._traffic.ended("GET", "TCP_HIT", found.head.status, size, 0.0, "HIER_NONE", False)
         if self._log.enabled:
-            line = self._hot.log_line(entry, now, conn.client_bytes, size, False, b"TCP_HIT")
+            line = hot.log_line(entry, now, conn.client_bytes, size, False, b"TCP_HIT")
             self._log.write(line)
         return True
 

@@ -59,7 +59,6 @@ import sqlite3
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -68,6 +67,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 import diskcache
 from diskcache.core import MODE_BINARY, UNKNOWN
+from isal.isal_zlib import crc32
 
 from harvest_cache.errors import HarvestCacheError
 from harvest_cache.http.stored import StoredHead
@@ -163,7 +163,7 @@ class Spool:
                 raise DiskError(f"cannot write spool {self.path}: {e}") from e
             for chunk in chunks:
                 self.size += len(chunk)
-                self.crc32 = zlib.crc32(chunk, self.crc32)
+                self.crc32 = crc32(chunk, self.crc32)
 
     def finish(self) -> None:
         """Close the file so it can be renamed into place."""
@@ -730,7 +730,7 @@ def _checked(record: ObjectRecord, body: bytes | BinaryIO, read_limit: int) -> b
             return _file_body(body, length)
         with body:
             body = body.read(length + 1)
-    if len(body) != length or zlib.crc32(body) != record.body_crc32:
+    if len(body) != length or crc32(body) != record.body_crc32:
         raise _DamagedBody(f"body of {len(body)} bytes fails its check (expected {length})")
     return body
 

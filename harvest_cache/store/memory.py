@@ -76,6 +76,10 @@ class MemoryTier:
         """Whether a body of this length belongs in the tier (before counting its head)."""
         return body_length <= self.max_object
 
+    def has_room(self, size: int) -> bool:
+        """Whether an entry of ``size`` bytes (``entry_size``) fits without evicting any."""
+        return self.size + size <= self.capacity
+
     def get(self, key: str) -> Found | None:
         found = self._entries.get(key)
         if found is not None:

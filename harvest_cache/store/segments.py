@@ -31,9 +31,10 @@ from __future__ import annotations
 import os
 import struct
 import threading
-import zlib
 from pathlib import Path
 from typing import NamedTuple
+
+from isal.isal_zlib import crc32
 
 MAGIC = b"HSE1"
 HEADER = struct.Struct("<4sIIII")
@@ -70,7 +71,7 @@ class Entry(NamedTuple):
 def pack(key: str, record: bytes, body: bytes) -> Entry:
     """One entry."""
     name = key.encode()
-    crc = zlib.crc32(body, zlib.crc32(record, zlib.crc32(name)))
+    crc = crc32(body, crc32(record, crc32(name)))
     header = HEADER.pack(MAGIC, crc, len(name), len(record), len(body))
     return Entry(header + name + record, body)
 
@@ -85,7 +86,7 @@ def unpack(data: bytes | memoryview, key: str) -> tuple[bytes, bytes]:
     if magic != MAGIC or end != len(data):
         raise Damaged("not an entry, or not of its recorded length")
     view = memoryview(data)
-    if zlib.crc32(view[HEADER.size :]) != crc:
+    if crc32(view[HEADER.size :]) != crc:
         raise Damaged("entry fails its CRC")
     at = HEADER.size + key_length
     if view[HEADER.size : at] != key.encode():

@@ -4,11 +4,11 @@ The memory tier is read and written on the event loop; disk-tier reads run in an
 the store owns, and every change runs on the disk tier's one writer thread (store.writer), in
 the order asked. Small objects are written to both tiers, the disk tier's copy (and a
 revalidated head) behind the request, a single process only: workers sharing the tier are
-told of a change once it is there. A small object found on disk is promoted to memory; one
-the page cache holds is read on the loop without waiting (``DiskTier.read_nowait``), the
-others in the executor. The
-disk tier's membership answers, without I/O, whether a key may be there: a memory miss for
-a key it does not hold is a miss at once (the memory view's ``on_disk``). Disk
+told of a change once it is there. A small object found on disk is promoted to memory (once
+the memory tier is full, when store.admission says it pays); one the page cache holds is read
+on the loop without waiting (``DiskTier.read_nowait``), the others in the executor. The disk
+tier's membership answers, without I/O, whether a key may be there: a memory miss for a key
+it does not hold is a miss at once (the memory view's ``on_disk``). Disk
 failures never reach the caller: a failed read is a miss (counted in ``read_failures``, the
 driver's TCP_SWAPFAIL_MISS), a failed write leaves the object unstored (``write_failures``).
 """
@@ -25,10 +25,11 @@ from typing import Any, Protocol, TypeVar, TypeVarTuple
 
 from harvest_cache.config import KIB, MIB, CacheConfig
 from harvest_cache.http.stored import StoredHead
+from harvest_cache.store.admission import Admission
 from harvest_cache.store.disk import Committed, DiskError, DiskTier, Spool
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, Found, MemoryView, StoredObject
-from harvest_cache.store.memory import MemoryTier
+from harvest_cache.store.memory import MemoryTier, entry_size
 from harvest_cache.store.writer import DiskWriter
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,9 @@ class TieredStore:
         self._write_failures = 0
         self._sharers: Sharers | None = None
         self._disk_evictions = 0  # diskcache rows culled: a head or a body each
+        self._admission = Admission()
+        self.promotions = 0  # objects read from disk and put into the memory tier
+        self.kept_on_disk = 0  # objects read from disk and not promoted (store.admission)
         self._disk = disk
         # Every change to the disk tier goes through it (None: memory only).
         self.disk_writer = DiskWriter(disk, WRITE_BEHIND_BYTES) if disk is not None else None
@@ -405,14 +409,20 @@ class TieredStore:
         return done
 
     def _promote(self, key: str, found: Found) -> Found:
-        """Put what the disk tier held into the memory tier if it admits it; ``found`` as
-        the memory tier holds it then (a disk-tier object if it did not take it)."""
+        """Put what the disk tier held into the memory tier if it takes it and admission
+        (store.admission) wants it there; ``found`` as the memory tier holds it then (a
+        disk-tier object if it is not there)."""
         if isinstance(found, VaryMarker):
             if self.memory.admits(0):
                 self.memory.put(key, found)
         elif isinstance(found.body, bytes) and self.memory.admits(found.head.body_length):
             promoted = StoredObject(found.head, found.body, "memory")
-            self.memory.put(key, promoted)
+            memory = self.memory
+            if not self._admission.admits(key, memory.has_room(entry_size(promoted)), len(memory)):
+                self.kept_on_disk += 1
+                return found
+            self.promotions += 1
+            memory.put(key, promoted)
             return promoted
         return found
 

@@ -88,3 +88,39 @@ async def test_a_disk_hit_on_the_fast_path_is_the_general_paths(
         assert prepared == [[1, 0], [1, 1]]
     else:
         assert prepared == [[0, 0], [0, 0]]
+
+
+async def test_with_the_memory_tier_full_a_disk_hit_is_promoted_on_its_second_read(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    """Objects read from disk into a full memory tier: the first read is answered on the
+    fast path and left on disk (nothing prepared is kept), the second promotes it."""
+    bodies = {f"/o{i}": bytes([i]) * (16 * 1024) for i in range(128)}  # 2 MiB: twice memory
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=bodies[request.path], headers={"Cache-Control": "max-age=600"})
+
+    for path in bodies:
+        origin.route(path, handler)
+    log = {"access_log": str(tmp_path / "access.log")}
+    cache = await make_cache(cache={"dir": str(tmp_path / "c"), "memory_mb": 1}, log=log)
+    assert cache.proxy is not None
+    reader, writer = await open_proxy(cache.address[1])
+    try:
+        for path in bodies:
+            assert (await ask(reader, writer, "GET", origin.url(path), ())).status == 200
+        await cache.store.flush()
+        path = next(p for p in bodies if cache.store.memory.peek(origin.url(p)) is None)
+        kept = cache.proxy.hot_entries
+        for read in range(3):
+            answer = await ask(reader, writer, "GET", origin.url(path), ())
+            assert (answer.status, answer.body) == (200, bodies[path])
+            promoted = cache.store.memory.peek(origin.url(path)) is not None
+            assert promoted == (read > 0)
+            assert cache.proxy.hot_entries == kept + (read > 0)
+    finally:
+        writer.close()
+    assert (cache.store.promotions, cache.store.kept_on_disk) == (1, 1)
+    results = [line.result for line in await stop_and_read_log(cache)]
+    assert results[-3:] == ["TCP_HIT", "TCP_HIT", "TCP_MEM_HIT"]
+    assert sum(origin.hits.values()) == len(bodies)

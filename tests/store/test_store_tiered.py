@@ -122,6 +122,30 @@ async def test_small_object_is_written_through_and_promoted_after_reopen(
     await store.close()
 
 
+async def test_a_full_memory_tier_takes_an_object_read_from_disk_on_its_second_read(
+    tmp_path: Path,
+) -> None:
+    cfg = config(tmp_path, memory_mb=1)
+    store = await open_store(cfg)
+    bodies = {f"o{i}": payload(16 * KIB, seed=i) for i in range(128)}  # 2 MiB: twice memory
+    for key, body in bodies.items():
+        await put(store, key, body)
+    await store.flush()
+    first = next(k for k in bodies if store.memory_view.peek(k) is None)
+    found = await store.get(first)
+    assert isinstance(found, StoredObject)
+    assert (found.tier, found.body) == ("disk", bodies[first])
+    assert store.memory_view.peek(first) is None  # (read once: left on disk)
+    assert (store.promotions, store.kept_on_disk) == (0, 1)
+    found = await store.get(first)
+    assert isinstance(found, StoredObject) and found.body == bodies[first]
+    promoted = store.memory_view.peek(first)
+    assert isinstance(promoted, StoredObject) and promoted.tier == "memory"
+    assert (store.promotions, store.kept_on_disk) == (1, 1)
+    assert store.memory.size <= store.memory.capacity
+    await store.close()
+
+
 async def test_20_mib_body_round_trips_through_a_file_body(
     store: TieredStore, cfg: CacheConfig
 ) -> None:

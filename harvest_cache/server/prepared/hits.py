@@ -91,6 +91,28 @@ class HotIndex:
         """Prepare ``obj``'s hits for requests for ``target``; the entry (None: it cannot
         be, a body on disk or too big, or stale within a second). ``copy_pages``: the body
         may go into a memory file for sendfile (not for an entry likely used once)."""
+        entry = self.prepare(key, obj, age, ttl, now)
+        if entry is None:
+            return None
+        self._forget(target)
+        size = len(entry.body)
+        if size > self.max_bytes:
+            return None
+        entries = self._entries
+        while len(entries) >= _MAX_ENTRIES or self.bytes + size > self.max_bytes:
+            # Forget the oldest; entries are cheap to remake on the next memory hit.
+            self.bytes -= len(entries.popitem(last=False)[1].body)
+        self.bytes += size
+        if self._pages is not None and copy_pages:
+            entry.pages = self._pages.copy(entry.body)
+        entries[target] = entry
+        return entry
+
+    def prepare(
+        self, key: str, obj: StoredObject, age: float, ttl: float, now: float
+    ) -> HotEntry | None:
+        """An entry for ``obj``'s hits, not kept (``add`` keeps one): for an object answered
+        once, from the disk tier, and left there. None as ``add`` says."""
         if not isinstance(obj.body, bytes) or ttl < 1:
             return None
         head = obj.head
@@ -99,21 +121,12 @@ class HotIndex:
         prefix = forwarded_head(
             head.status, head.reason, head.headers, self._via, length, _NOT_PREPARED
         )[:-2]
-        self._forget(target)
-        size = len(obj.body)
-        if size > self.max_bytes:
-            return None
-        entries = self._entries
-        while len(entries) >= _MAX_ENTRIES or self.bytes + size > self.max_bytes:
-            # Forget the oldest; entries are cheap to remake on the next memory hit.
-            self.bytes -= len(entries.popitem(last=False)[1].body)
-        self.bytes += size
         types = [value for name, value in head.headers if name.lower() == "content-type"]
         content_type = ", ".join(types) if types else None
         key_param = b""
         if self._status_keys and key.isascii() and key.isprintable():
             key_param = f"; key={string_item(key)}".encode()  # as cache_status() has it
-        entry = self._entries[target] = HotEntry(
+        return HotEntry(
             key,
             obj,
             prefix,
@@ -123,9 +136,7 @@ class HotIndex:
             line_tail("GET", key, content_type=content_type),
             line_tail("HEAD", key, content_type=content_type),
             key_param,
-            pages=self._pages.copy(obj.body) if self._pages is not None and copy_pages else None,
         )
-        return entry
 
     def lookup(self, target: bytes, now: float) -> HotEntry | None:
         entry = self._entries.get(target)
