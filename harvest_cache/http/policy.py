@@ -155,16 +155,23 @@ Reuse = Fresh | MustValidate
 
 
 def evaluate(
-    stored: StoredHead, request_cc: CacheControl, now: float, heuristic: Heuristic
+    stored: StoredHead,
+    request_cc: CacheControl,
+    now: float,
+    heuristic: Heuristic,
+    *,
+    once: bool = False,
 ) -> Reuse:
     """May ``stored`` answer a request with directives ``request_cc`` at ``now`` (RFC 9111 4)?
 
     The checks run in the order of ``MustValidate.reason``. ``immutable`` changes nothing:
     RFC 8246 lets a user agent skip revalidation on reload, but a request's no-cache or
     max-age=0 reaching a shared cache is an explicit wish that the cache honours.
-    ``only-if-cached`` is the caller's: it answers 504 instead of validating.
+    ``only-if-cached`` is the caller's: it answers 504 instead of validating. The stored
+    response's own facts are memoised for the next requests, unless it is evaluated ``once``.
     """
-    lifetime, initial_age, cc = _stored_facts(
+    facts = _stored_facts.__wrapped__ if once else _stored_facts
+    lifetime, initial_age, cc = facts(
         stored.status, stored.headers, stored.request_time, stored.response_time, heuristic
     )
     age = initial_age + max(0.0, now - stored.response_time)

@@ -234,10 +234,11 @@ class Proxy:
 
     def try_answer(self, conn: ClientConnection, head: ParsedHead, parsed: bool) -> Answered:
         """Answer a plain GET or HEAD (no field that calls for the full policy) at once from
-        a prepared hit, or start answering it on the fast path: from a revalidation plan or a
-        miss plan (keep-alive HTTP/1.1 GETs), else, for a ``parsed`` head, worked out in full
-        there (plain GETs for origins that need no routing). ``NO`` when none applies: the
-        request then goes the general way (``handle``)."""
+        a prepared hit (a GET also from the disk tier, for origins that need no routing), or
+        start answering it on the fast path: from a revalidation plan or a miss plan
+        (keep-alive HTTP/1.1 GETs), else, for a ``parsed`` head, worked out in full there
+        (plain GETs for origins that need no routing). ``NO`` when none applies: the request
+        then goes the general way (``handle``)."""
         method, target, version, keep_alive, fields = head
         client_ip = conn.client_ip
         if not self._admits(client_ip, target):
@@ -274,7 +275,7 @@ class Proxy:
             # (miss plans come from the fast path alone: misses the hierarchy routes have none)
             if fast.fetch_planned(conn, target, fields):
                 return Answered.ONCE
-        if not parsed or not self._router.direct_only:
+        if not self._router.direct_only:
             return Answered.NO  # (each miss is routed through the hierarchy first)
         raw = target.decode("latin-1")
         try:
@@ -287,6 +288,8 @@ class Proxy:
             return Answered.NO
         if self._disk_hit(conn, target, origin.url, keep_alive, version, now):
             return Answered.HIT
+        if not parsed:
+            return Answered.NO
         req = Request("GET", raw, version, Headers.from_raw(fields), keep_alive, time.monotonic())
         return Answered.FETCH if fast.fetch(conn, req, origin) else Answered.NO
 
@@ -308,7 +311,9 @@ class Proxy:
         found = memory.read_disk(key)
         if not isinstance(found, StoredObject):
             return False  # (a Vary marker, or not to be had without waiting)
-        reuse = evaluate(found.head, NO_DIRECTIVES, now, self.heuristics.for_url(key))
+        heuristic = self.heuristics.for_url(key)
+        # (a head read from disk is new: memoising its facts would only evict others')
+        reuse = evaluate(found.head, NO_DIRECTIVES, now, heuristic, once=found.tier == "disk")
         if not isinstance(reuse, Fresh):
             return False
         hot = self._hot
