@@ -52,8 +52,12 @@ class Location(NamedTuple):
     length: int
 
 
-# At most this many buffers go to one writev (Linux's IOV_MAX).
+# At most this many buffers go to one writev (Linux's IOV_MAX), and about this many bytes:
+# a batch of 512 16 KiB objects written in 8 MiB calls cost 50-110 us of kernel time an
+# object in some runs against 3 us in 1 MiB calls (all in copying into the page cache: larger
+# writes take larger page-cache folios, which come from memory the machine has not used yet).
 _IOV_MAX = 1024
+_WRITE_BYTES = 1 << 20
 
 
 class Entry(NamedTuple):
@@ -157,8 +161,14 @@ class Segments:
         buffers = [part for entry in entries for part in entry if part]
         try:
             offset = os.fstat(fd).st_size
-            for start in range(0, len(buffers), _IOV_MAX):
-                _write_all(fd, buffers[start : start + _IOV_MAX])
+            start = size = 0
+            for end, buffer in enumerate(buffers, 1):
+                size += len(buffer)
+                if size >= _WRITE_BYTES or end - start == _IOV_MAX:
+                    _write_all(fd, buffers[start:end])
+                    start, size = end, 0
+            if start < len(buffers):
+                _write_all(fd, buffers[start:])
         except OSError:
             self.finish()
             raise
