@@ -138,9 +138,11 @@ async def test_a_full_memory_tier_takes_an_object_read_from_disk_on_its_second_r
     assert store.memory_view.peek(first) is None  # (read once: left on disk)
     assert (store.promotions, store.kept_on_disk) == (0, 1)
     found = await store.get(first)
-    assert isinstance(found, StoredObject) and found.body == bodies[first]
+    assert isinstance(found, StoredObject)
+    assert found.body == bodies[first]
     promoted = store.memory_view.peek(first)
-    assert isinstance(promoted, StoredObject) and promoted.tier == "memory"
+    assert isinstance(promoted, StoredObject)
+    assert promoted.tier == "memory"
     assert (store.promotions, store.kept_on_disk) == (1, 1)
     assert store.memory.size <= store.memory.capacity
     await store.close()
