@@ -194,6 +194,51 @@ class Processes:
             self.stop(proc)
 
 
+class MemoryCgroup:
+    """A memory cgroup bounding a proxy's memory, page cache included, to ``limit_mb``: its
+    disk writes then reuse page-cache pages, as on a cache server whose memory is in use,
+    instead of taking memory the machine has never used (see "A cache server's memory" in
+    bench/README.md). cgroup v2 (``memory.max``) or v1 (``memory.limit_in_bytes``)."""
+
+    def __init__(self, name: str, limit_mb: int) -> None:
+        v2 = Path("/sys/fs/cgroup")
+        controllers = v2 / "cgroup.controllers"
+        if controllers.exists() and "memory" in controllers.read_text().split():
+            self.dir, limit_file = v2 / name, "memory.max"
+        elif (v2 / "memory" / "memory.limit_in_bytes").exists():
+            self.dir, limit_file = v2 / "memory" / name, "memory.limit_in_bytes"
+        else:
+            raise BenchError(
+                "no memory cgroup controller (v2 or v1) under /sys/fs/cgroup: run as root on a"
+                " host with one, or pass --memory-cgroup-mb 0"
+            )
+        try:
+            self.dir.mkdir(exist_ok=True)
+            (self.dir / limit_file).write_text(str(limit_mb * MIB))
+        except OSError as e:
+            raise BenchError(f"cannot make memory cgroup {self.dir}: {e}") from None
+        self.limit_mb = limit_mb
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` run in the cgroup (the shell joins it, then becomes the command)."""
+        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.dir / "cgroup.procs"), *argv]
+
+    def remove(self) -> None:
+        """Remove the cgroup once its processes are gone (their page cache moves up)."""
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                self.dir.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    say(f"warning: memory cgroup {self.dir} left behind")
+                    return
+                time.sleep(0.1)
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     """Fields of /proc/PID/stat after the command name (field 3, state, is index 0)."""
     try:
@@ -526,6 +571,7 @@ class Proxy:
         disk_mb: int = 0,
         squid_store: str = "aufs",
         port_options: str = "",
+        cgroup: MemoryCgroup | None = None,
     ) -> None:
         """``port_options``: Squid's options of its http_port (bench/https.py's ssl-bump).
         ``icp_port``: answer ICP queries from 127.0.0.0/8 on this UDP port (default: ICP
@@ -534,7 +580,8 @@ class Proxy:
         (Squid's ``workers``, harvest-cache's ``--workers``). All three are for other
         benchmarks (bench/icp.py, bench/workers.py). ``disk_mb``: a disk store of this size
         besides the memory tier (0: memory only), for Squid a ``cache_dir`` of type
-        ``squid_store`` (aufs or rock) made with ``squid -z`` first."""
+        ``squid_store`` (aufs or rock) made with ``squid -z`` first. ``cgroup``: run in
+        this memory cgroup."""
         self.system = system
         self.icp_port = icp_port
         self.procs = procs
@@ -634,12 +681,14 @@ class Proxy:
             argv = [*argv, "--workers", str(workers)] if system == "harvest" else argv
         self.argv = argv
         self.cpu = PROXY_CPU if workers == 1 else ALL_CPUS
+        self.cgroup = cgroup
         self.start()
 
     def start(self) -> None:
         """Start the proxy (again, after ``restart``'s stop) and wait until it serves."""
         log_from = self.error_log.stat().st_size if self.error_log.exists() else 0
-        self.proc = self.procs.start(self.argv, self.log, self.cpu)
+        argv = self.argv if self.cgroup is None else self.cgroup.wrap(self.argv)
+        self.proc = self.procs.start(argv, self.log, self.cpu)
         try:
             wait_listening(self.port, self.proc, 30)
             if self.system == "squid" and self.disk_mb:
@@ -1137,16 +1186,25 @@ def bench_system(
     harvest_cmd: list[str] | None,
 ) -> dict[str, Any]:
     say(f"\n=== {system} ===")
-    proxy = Proxy(
-        system,
-        procs,
-        workdir,
-        args.memory_mb,
-        args.access_log == "on",
-        harvest_cmd,
-        disk_mb=args.disk_mb if args.disk else 0,
-        squid_store=args.squid_store,
-    )
+    cgroup = None
+    if args.memory_cgroup_mb:
+        cgroup = MemoryCgroup(f"harvest-bench-{os.getpid()}-{system}", args.memory_cgroup_mb)
+    try:
+        proxy = Proxy(
+            system,
+            procs,
+            workdir,
+            args.memory_mb,
+            args.access_log == "on",
+            harvest_cmd,
+            disk_mb=args.disk_mb if args.disk else 0,
+            squid_store=args.squid_store,
+            cgroup=cgroup,
+        )
+    except BaseException:
+        if cgroup is not None:
+            cgroup.remove()
+        raise
     out: dict[str, Any] = {
         "status": "ok",
         "version": proxy.version,
@@ -1244,6 +1302,8 @@ def bench_system(
         out["peak_rss_per_scenario"] = rss_resettable
     finally:
         proxy.stop()
+        if cgroup is not None:
+            cgroup.remove()
         if args.disk and not args.keep:  # a round's stores can take gigabytes
             for store in ("cache", "cache_dir", "rock"):
                 shutil.rmtree(proxy.dir / store, ignore_errors=True)
@@ -1455,6 +1515,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--squid-store", choices=SQUID_STORES, help="with --disk: Squid's cache_dir type (aufs)"
     )
     p.add_argument(
+        "--memory-cgroup-mb",
+        type=int,
+        help="run each proxy in a memory cgroup of this many MiB, page cache included (with"
+        ' --disk 1024, else 0: none); see "A cache server\'s memory" in bench/README.md',
+    )
+    p.add_argument(
         "--output",
         type=Path,
         help=f"JSON results file ({DEFAULT_OUTPUT.relative_to(REPO)};"
@@ -1467,6 +1533,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--disk-mb and --squid-store need --disk")
     args.disk_mb = 2048 if args.disk_mb is None else args.disk_mb
     args.squid_store = args.squid_store or "aufs"
+    if args.memory_cgroup_mb is None:
+        args.memory_cgroup_mb = max(1024, 4 * args.memory_mb) if args.disk else 0
+    if args.memory_cgroup_mb and args.memory_cgroup_mb < 2 * args.memory_mb + 256:
+        p.error("--memory-cgroup-mb must be at least twice --memory-mb plus 256 (or 0: none)")
     if args.output is None:
         args.output = DEFAULT_DISK_OUTPUT if args.disk else DEFAULT_OUTPUT
     catalogue = DISK_SCENARIOS if args.disk else SCENARIOS
@@ -1559,6 +1629,11 @@ def main(argv: list[str] | None = None) -> int:
                 if args.disk
                 else ", no disk stores"
             )
+            + (
+                f"; each proxy in a {args.memory_cgroup_mb} MiB memory cgroup"
+                if args.memory_cgroup_mb
+                else ""
+            )
         )
         report: dict[str, Any] = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -1577,6 +1652,7 @@ def main(argv: list[str] | None = None) -> int:
                 "memory_mb": args.memory_mb,
                 "disk_mb": args.disk_mb if args.disk else 0,
                 **({"squid_store": args.squid_store} if args.disk else {}),
+                "memory_cgroup_mb": args.memory_cgroup_mb,
                 "access_log": args.access_log,
                 "origin": origin.version,
                 "cores": {"proxy": PROXY_CPU, "origin": ORIGIN_CPU, "wrk": CLIENT_CPU},
