@@ -28,6 +28,7 @@ the entry's key and CRC catch the rest.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 import threading
@@ -35,6 +36,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from isal.isal_zlib import crc32
+
+# sync_file_range(2), which Python does not wrap: start writing pages back, without waiting.
+_libc = ctypes.CDLL(None, use_errno=True)
+_sync_file_range = getattr(_libc, "sync_file_range", None)
+if _sync_file_range is not None:
+    _sync_file_range.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    _sync_file_range.restype = ctypes.c_int
+_SYNC_FILE_RANGE_WRITE = 2
 
 MAGIC = b"HSE1"
 HEADER = struct.Struct("<4sIIII")
@@ -111,6 +120,17 @@ def _write_all(fd: int, buffers: list[bytes]) -> None:
             views[first] = views[first][written:]
 
 
+def _write_back(fd: int, offset: int, length: int) -> None:
+    """Have the kernel start writing ``length`` bytes from ``offset`` to the device now
+    rather than when they are 30 s old (as RocksDB's ``bytes_per_sync``): pages written back
+    are clean, so the memory they hold is taken back without waiting, and a cache writing
+    200 MB/s never has gigabytes of dirty pages to flush at once (a memory cgroup full of them
+    stalled the disk writer for hundreds of milliseconds). Not a durability step: nothing
+    waits for the device, and a failure is for the kernel's writeback to report."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
 class Segments:
     """The segment files of one disk tier. ``append`` and ``remove`` run under the tier's
     lock (its writer); ``read`` in any thread; ``read_nowait`` on the event loop."""
@@ -172,6 +192,7 @@ class Segments:
         except OSError:
             self.finish()
             raise
+        _write_back(fd, offset, sum(entry.size for entry in entries))
         out = []
         for entry in entries:
             out.append(Location(number, offset, entry.size))
