@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import pytest
 
+import harvest_cache.store.disk as disk_module
 from harvest_cache.config import KIB, MIB
 from harvest_cache.store.codec import ObjectRecord, encode
 from harvest_cache.store.disk import DiskError, DiskTier
@@ -282,6 +283,55 @@ async def test_the_cull_drops_whole_segments_oldest_first(tmp_path: Path) -> Non
         used = {row[0] for row in con.execute("SELECT DISTINCT segment FROM Logged")}
     assert used <= segments
     assert {int(p.name) for p in segment_files(directory)} == segments
+
+
+async def test_a_dropped_segments_rows_are_deleted_a_few_at_a_time_and_never_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropping a segment deletes its row in Segment at once and its objects' rows later,
+    ``TRIM_ROWS`` with each batch: until then no query returns them, and a reopened tier
+    goes on deleting them."""
+    monkeypatch.setattr(disk_module, "TRIM_ROWS", 7)
+    directory = tmp_path / "cache"
+
+    def rows_of_dropped() -> int:
+        with db(directory) as con:
+            return int(
+                con.execute(
+                    "SELECT count(*) FROM Logged WHERE segment NOT IN (SELECT number FROM Segment)"
+                ).fetchone()[0]
+            )
+
+    async def batch(first: int, n: int = 20) -> list[str]:
+        keys = [f"k{i}" for i in range(first, first + n)]
+        await tier("commit_many", [(k, head_for(k, 20 * KIB), payload(20 * KIB)) for k in keys])
+        return keys
+
+    async with Tier(directory, 4 * MIB) as tier:  # segments of 1 MiB, ~50 objects each
+        assert tier.tier is not None
+        keys = []
+        for first in range(0, 300, 20):
+            keys += await batch(first)
+        dangling = rows_of_dropped()
+        assert dangling > 7  # (more than one batch deletes)
+        gone = [k for k in keys if not tier.may_hold(k)]
+        assert gone
+        for key in gone:
+            assert await tier("get", key, MIB) is None
+        listed = {h.url for h in await tier("heads")}
+        assert listed == {head_for(k, 0).url for k in keys if tier.may_hold(k)}
+        before = rows_of_dropped()
+        await batch(1000)  # (this batch drops another segment too, and deletes 7 rows)
+        assert rows_of_dropped() <= before + 60 - 7
+    async with Tier(directory, 4 * MIB) as tier:
+        assert tier.tier is not None
+        assert tier.tier._dangling  # found again at open
+        assert not any(tier.may_hold(k) for k in gone)
+        left = rows_of_dropped()
+        for first in range(2000, 2000 + 20 * (left // 7 + 30), 20):
+            await batch(first, 1)
+        assert rows_of_dropped() == 0
+        assert not tier.tier._dangling
 
 
 async def test_segments_and_their_rows_are_matched_at_open(tmp_path: Path) -> None:
