@@ -27,7 +27,7 @@ from harvest_cache.store.codec import ObjectRecord, encode
 from harvest_cache.store.disk import DiskError, DiskTier
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, StoredObject
-from harvest_cache.store.segments import Segments, pack, unpack
+from harvest_cache.store.segments import Location, Segments, pack, unpack
 from tests.store.test_store_tiered import head_for, payload
 
 T = TypeVar("T")
@@ -499,3 +499,16 @@ async def test_the_first_segment_layouts_rows_are_given_their_new_column(tmp_pat
         found = await tier("get", "k", MIB)
         assert isinstance(found, StoredObject)
         assert found.head.response_time == 7e3
+
+
+def test_a_location_is_kept_in_the_membership_as_one_int() -> None:
+    for where in (
+        Location(0, 0, 0),
+        Location(7, 70 * MIB, 17_000),
+        Location(10**6, 2**36 - 1, 2**24 - 1),
+    ):
+        assert disk_module._unpacked(disk_module._packed(where)) == where
+    with pytest.raises(DiskError):
+        disk_module._packed(Location(1, 0, 2**24))
+    with pytest.raises(DiskError):
+        disk_module._packed(Location(1, 2**36, 10))
