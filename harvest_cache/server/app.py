@@ -42,6 +42,9 @@ from harvest_common.tasks import TaskSet
 
 log = logging.getLogger("harvest_cache")
 
+# Seconds between sweeps of prepared hits whose objects the memory tier dropped.
+SWEEP_PREPARED_EVERY = 1.0
+
 
 # Settings a running cache cannot change (its sockets, store, log file, resolver and pools
 # were made with them); None: the whole section.
@@ -226,6 +229,7 @@ class CacheServer:
         sockname = self._server.sockets[0].getsockname()
         self.address = (sockname[0], sockname[1])
         self.proxy = self._build()
+        self.tasks.spawn(self._sweep_prepared(), "prepared hits")
         log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
         if self.config.icp_port:
             await self._listen_icp()
@@ -236,6 +240,13 @@ class CacheServer:
         if admin is not None:
             self.admin = await AdminServer.start(self, admin.host, admin.port)
             log.info("admin listener (metrics, cache manager) on %s:%d", *self.admin.address)
+
+    async def _sweep_prepared(self) -> None:
+        """Every second, let the proxy forget prepared hits of objects no longer held."""
+        while True:
+            await asyncio.sleep(SWEEP_PREPARED_EVERY)
+            if self.proxy is not None:
+                self.proxy.sweep()
 
     def _build(self) -> Proxy:
         """The parts that answer requests under ``config``: peers, routes, digests, proxy."""

@@ -185,8 +185,8 @@ class Proxy:
         # Page copies of hot bodies may take an eighth as much again as the memory tier.
         self._pages = BodyPages(config.cache.memory_mb * (1 << 20) // 8)
         # Prepared hits' bodies are the memory tier's while they are valid, so a bound of the
-        # tier's size keeps prepared hits for all it holds, and what entries whose objects it
-        # dropped keep alive within that much again.
+        # tier's size keeps prepared hits for all it holds; entries whose objects it dropped
+        # are forgotten within a second (``sweep``), and keep little alive meanwhile.
         self._hot = HotIndex(
             store.memory_view,
             name,
@@ -345,6 +345,10 @@ class Proxy:
         client is not on loopback (a name's addresses are judged again when connecting)."""
         access = self.access
         return not access.reaches_local(client_ip) and access.local_host(host)
+
+    def sweep(self) -> None:
+        """Forget prepared hits whose objects the memory tier dropped (run every second)."""
+        self._hot.sweep()
 
     def retire(self) -> None:
         """A reload replaced this proxy: its prepared hits, and the page copies they hold,

@@ -18,7 +18,7 @@ from aiohttp import web
 from harvest_cache.server.app import CacheServer
 from harvest_cache.server.connection import Answered
 from tests.integration.test_prepared_equivalence import ask, comparable
-from tests.support import MakeCache, Origin, open_proxy, stop_and_read_log
+from tests.support import MakeCache, Origin, open_proxy, stop_and_read_log, wait_until
 
 RESPONSES = {
     "fresh": {"Cache-Control": "max-age=600", "ETag": '"f"'},
@@ -124,3 +124,27 @@ async def test_with_the_memory_tier_full_a_disk_hit_is_promoted_on_its_second_re
     results = [line.result for line in await stop_and_read_log(cache)]
     assert results[-3:] == ["TCP_HIT", "TCP_HIT", "TCP_MEM_HIT"]
     assert sum(origin.hits.values()) == len(bodies)
+
+
+async def test_prepared_hits_of_objects_the_memory_tier_dropped_are_forgotten(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    """No request looks them up, yet within a second or two they are gone (and with them
+    the bodies they held)."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 4000, headers={"Cache-Control": "max-age=600"})
+
+    origin.route("/p", handler)
+    cache = await make_cache(cache={"dir": str(tmp_path / "c")})
+    assert cache.proxy is not None
+    reader, writer = await open_proxy(cache.address[1])
+    try:
+        for _ in range(3):  # a miss, a hit that prepares the entry, a prepared hit
+            assert (await ask(reader, writer, "GET", origin.url("/p"), ())).status == 200
+    finally:
+        writer.close()
+    assert cache.proxy.hot_entries == 1
+    await drop_from_memory(cache)
+    proxy = cache.proxy
+    await wait_until(lambda: proxy.hot_entries == 0, within=5)

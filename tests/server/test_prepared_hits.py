@@ -128,3 +128,27 @@ def test_the_bodies_of_entries_are_bounded_in_bytes(memory: MemoryTier) -> None:
         assert (len(hot), hot.bytes) == (0, 0)
     finally:
         executor.shutdown()
+
+
+def test_a_sweep_forgets_entries_whose_objects_the_memory_tier_dropped(
+    hot: HotIndex, memory: MemoryTier
+) -> None:
+    fields = (("Cache-Control", "max-age=60"),)
+    objects = {}
+    for n in range(10):
+        url = f"{URL}/{n}"
+        objects[url] = StoredObject(
+            StoredHead(url, 200, "OK", fields, NOW, NOW, 4), b"body", "memory"
+        )
+        assert memory.put(url, objects[url])
+        assert hot.add(url.encode(), url, objects[url], 0.0, 60.0, NOW) is not None
+    for n in range(0, 10, 2):  # dropped, or replaced by a new object
+        memory.delete(f"{URL}/{n}")
+    replaced = f"{URL}/1"
+    assert memory.put(replaced, objects[replaced]._replace(body=b"new!"))
+    order = list(memory._entries)
+    assert hot.sweep() == 6
+    assert (len(hot), hot.bytes) == (4, 16)
+    assert list(memory._entries) == order  # (peeked at, not used)
+    assert all(hot.lookup(f"{URL}/{n}".encode(), NOW) is not None for n in (3, 5, 7, 9))
+    assert hot.sweep() == 0

@@ -192,6 +192,17 @@ class HotIndex:
                 entry.log_rests[key] = rest
         return time_field(now) + rest
 
+    def sweep(self) -> int:
+        """Forget the entries whose objects the memory tier no longer holds (found out
+        otherwise only when each is looked up: during a miss storm none is, and they kept as
+        many bodies again as the tier holds alive); how many. The memory tier's order is not
+        touched."""
+        peek = self._memory.peek
+        stale = [t for t, e in self._entries.items() if peek(e.key) is not e.obj]
+        for target in stale:
+            self._forget(target)
+        return len(stale)
+
     def clear(self) -> None:
         """Forget every entry (and so free their page copies)."""
         self._entries.clear()
