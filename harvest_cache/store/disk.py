@@ -79,8 +79,9 @@ from harvest_cache.store.interface import FileBody, Found, StoredObject
 from harvest_cache.store.segments import Damaged, Location, Segments, pack, unpack
 
 EVICTION_POLICY = "least-recently-stored"
-# Pages of the index each SQLite connection caches (4 KiB each).
-SQLITE_CACHE_PAGES = 1024
+# Pages of the index each SQLite connection caches (4 KiB each): 1 MiB, as 4 MiB cost a
+# 16 KiB miss storm 7 MiB more at its peak and no less CPU.
+SQLITE_CACHE_PAGES = 256
 # The policy's cull over diskcache's rows, keys included (see "Eviction" above).
 _OLDEST = "SELECT store_time, rowid, key, filename FROM Cache ORDER BY store_time LIMIT 10"
 # Segments take a sixteenth of the tier each, within these bounds.
