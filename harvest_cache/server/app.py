@@ -169,6 +169,7 @@ class CacheServer:
         self.neighbours: Neighbours | None = None
         self.digests: Digests | None = None
         self._digest_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
         self.admin: AdminServer | None = None
         self._retired: list[Proxy] = []  # replaced by a reload, maybe still answering
         self.loader: Callable[[], Config] | None = None
@@ -210,6 +211,8 @@ class CacheServer:
                 self.htcp.close()
             if self._digest_task is not None:
                 self._digest_task.cancel()
+            if self._sweep_task is not None:
+                self._sweep_task.cancel()
             await self.tasks.cancel()
             await self._close_parts()
             raise
@@ -229,7 +232,7 @@ class CacheServer:
         sockname = self._server.sockets[0].getsockname()
         self.address = (sockname[0], sockname[1])
         self.proxy = self._build()
-        self.tasks.spawn(self._sweep_prepared(), "prepared hits")
+        self._sweep_task = self.tasks.spawn(self._sweep_prepared(), "prepared hits")
         log.info("harvest-cache %s listening on %s:%d", self.name, *self.address)
         if self.config.icp_port:
             await self._listen_icp()
@@ -499,6 +502,8 @@ class CacheServer:
             self.neighbours.close()
         if self._digest_task is not None:
             self._digest_task.cancel()
+        if self._sweep_task is not None:
+            self._sweep_task.cancel()  # (a loop: draining would wait out the grace for it)
         for conn in list(self.connections):
             conn.close_when_idle()  # so no worker waits on for a next request
         for proxy in (*self._retired, self.proxy):
