@@ -7,7 +7,7 @@ promoted on its second read among the tier's last reads from disk about as many 
 objects (two generations of key hashes, each up to that many): a popular object reaches
 memory on its second read, while the rest of a working set larger than the tier is read from
 disk without churning the tier (with uniform requests over four tiers' worth of objects,
-about four in five disk reads are not promoted, where each would have evicted an object as
+three to four disk reads in five are not promoted, where each would have evicted an object as
 likely to be asked for as itself). Pure: no I/O, no clock.
 """
 

@@ -487,7 +487,6 @@ class DiskTier:
                         else:  # (in order: a key twice in a batch keeps its last object)
                             batch.append((key, encode(record), body))
                     placed = self._log(batch)
-                    self._trim()
                 self._logged.update(placed)
                 self._rewritten.difference_update(h for h, _ in placed)
                 return self._cull()
@@ -656,8 +655,12 @@ class DiskTier:
 
     def _cull(self) -> int:
         """Remove the oldest objects until the tier is within its bound: diskcache's rows
-        ten at a time, or a whole segment, whichever is older; the objects removed."""
+        ten at a time, or a whole segment, whichever is older; the objects removed. (First,
+        some rows of segments dropped before: ``_trim``.)"""
         cache = self._cache
+        if self._dangling:
+            with cache.transact():
+                self._trim()
         evicted = 0
         while self._volume() > cache.size_limit:
             large = cache._sql(_OLDEST).fetchall()

@@ -328,8 +328,8 @@ async def test_a_dropped_segments_rows_are_deleted_a_few_at_a_time_and_never_rea
         assert tier.tier._dangling  # found again at open
         assert not any(tier.may_hold(k) for k in gone)
         left = rows_of_dropped()
-        for first in range(2000, 2000 + 20 * (left // 7 + 30), 20):
-            await batch(first, 1)
+        for n in range(2000, 2000 + left // 7 + 30):  # (objects stored one by one: ``commit``)
+            await tier("commit", f"k{n}", head_for(f"k{n}", 20 * KIB), payload(20 * KIB))
         assert rows_of_dropped() == 0
         assert not tier.tier._dangling
 
