@@ -234,7 +234,8 @@ class Proxy:
 
     def try_answer(self, conn: ClientConnection, head: ParsedHead, parsed: bool) -> Answered:
         """Answer a plain GET or HEAD (no field that calls for the full policy) at once from
-        a prepared hit (a GET also from the disk tier, for origins that need no routing), or
+        a prepared hit (a GET also from the memory or disk tier, for origins that need no
+        routing), or
         start answering it on the fast path: from a revalidation plan or a miss plan
         (keep-alive HTTP/1.1 GETs), else, for a ``parsed`` head, worked out in full there
         (plain GETs for origins that need no routing). ``NO`` when none applies: the request
@@ -286,14 +287,14 @@ class Proxy:
             return Answered.NO
         if not self.access.port_allowed(origin.port) or self._refuses_host(client_ip, origin.host):
             return Answered.NO
-        if self._disk_hit(conn, target, origin.url, keep_alive, version, now):
+        if self._stored_hit(conn, target, origin.url, keep_alive, version, now):
             return Answered.HIT
         if not parsed:
             return Answered.NO
         req = Request("GET", raw, version, Headers.from_raw(fields), keep_alive, time.monotonic())
         return Answered.FETCH if fast.fetch(conn, req, origin) else Answered.NO
 
-    def _disk_hit(
+    def _stored_hit(
         self,
         conn: ClientConnection,
         target: bytes,
@@ -302,13 +303,18 @@ class Proxy:
         version: str,
         now: float,
     ) -> bool:
-        """Answer a plain GET for a fresh object the disk tier holds and the page cache has
-        (read without waiting), as a prepared hit (kept if the object was promoted into the
-        memory tier); False if it is not one."""
+        """Answer a plain GET for a fresh object the memory tier holds, or the disk tier
+        and the page cache (read without waiting), and prepare its next hits (unless it
+        was read from disk and left there); False if it is not one: the general path then
+        takes the request."""
         memory = self._memory
-        if not memory.on_disk(key) or memory.peek(key) is not None:
-            return False
-        found = memory.read_disk(key)
+        found = memory.get(key)
+        promoted = False
+        if found is None:
+            if not memory.on_disk(key):
+                return False
+            found = memory.read_disk(key)
+            promoted = True
         if not isinstance(found, StoredObject):
             return False  # (a Vary marker, or not to be had without waiting)
         heuristic = self.heuristics.for_url(key)
@@ -318,18 +324,22 @@ class Proxy:
             return False
         hot = self._hot
         if found.tier == "memory":
-            entry = hot.add(target, key, found, reuse.age, reuse.ttl, now, copy_pages=False)
+            # (an object just read from disk is likely read once: no page copy for it yet)
+            entry = hot.add(target, key, found, reuse.age, reuse.ttl, now, copy_pages=not promoted)
         else:
             entry = hot.prepare(key, found, reuse.age, reuse.ttl, now)
         if entry is None:
             return False
         answer = hot.head(entry, now, not keep_alive, version == "1.0")
-        conn.write_response(answer, entry.body)
+        if entry.pages is None:
+            conn.write_response(answer, entry.body)
+        else:
+            conn.write_paged(answer, entry.body, entry.pages.fd)
         size = len(answer) + len(entry.body)
-        self._traffic.ended("GET", "TCP_HIT", found.head.status, size, 0.0, "HIER_NONE", False)
+        result, code = ("TCP_HIT", b"TCP_HIT") if promoted else ("TCP_MEM_HIT", b"TCP_MEM_HIT")
+        self._traffic.ended("GET", result, found.head.status, size, 0.0, "HIER_NONE", False)
         if self._log.enabled:
-            line = hot.log_line(entry, now, conn.client_bytes, size, False, b"TCP_HIT")
-            self._log.write(line)
+            self._log.write(hot.log_line(entry, now, conn.client_bytes, size, False, code))
         return True
 
     def _admits(self, client_ip: str, target: bytes) -> bool:

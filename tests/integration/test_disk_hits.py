@@ -16,7 +16,8 @@ import pytest
 from aiohttp import web
 
 from harvest_cache.server.app import CacheServer
-from harvest_cache.server.connection import Answered
+from harvest_cache.server.connection import Answered, ClientConnection
+from harvest_cache.server.request import Request
 from tests.integration.test_prepared_equivalence import ask, comparable
 from tests.support import MakeCache, Origin, open_proxy, stop_and_read_log, wait_until
 
@@ -88,6 +89,58 @@ async def test_a_disk_hit_on_the_fast_path_is_the_general_paths(
         assert prepared == [[1, 0], [1, 1]]
     else:
         assert prepared == [[0, 0], [0, 0]]
+
+
+@pytest.mark.parametrize("kind", list(RESPONSES))
+async def test_a_memory_hit_on_the_fast_path_is_the_general_paths(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path, kind: str
+) -> None:
+    """A memory-tier object with no prepared hit (more objects than prepared hits, or made
+    before one was) is answered on the fast path too, and prepared there, as the general
+    path would; what needs more goes its own way."""
+
+    async def handler(request: web.Request) -> web.Response:
+        etag = RESPONSES[kind].get("ETag")
+        if etag is not None and request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304, headers=RESPONSES[kind])
+        return web.Response(body=b"m" * 3000, headers=RESPONSES[kind])
+
+    origin.route("/m", handler)
+    url = origin.url("/m")
+    fast, general = await caches(make_cache, tmp_path)
+    assert fast.proxy is not None
+    handled = []
+    handle = fast.proxy.handle
+
+    async def counted(req: Request, conn: ClientConnection) -> None:
+        handled.append(req.target)
+        await handle(req, conn)
+
+    fast.proxy.handle = counted  # type: ignore[method-assign]
+    fields = (("Accept-Language", "en"),)
+    connections = [await open_proxy(cache.address[1]) for cache in (fast, general)]
+    try:
+        for reader, writer in connections:
+            await ask(reader, writer, "GET", url, fields)
+        assert handled == [url]
+        for cache in (fast, general):
+            assert cache.proxy is not None
+            cache.proxy.retire()  # (forgets the prepared hits: none was made by a miss)
+        answers = [await ask(r, w, "GET", url, fields) for r, w in connections]
+        assert comparable(answers[0]) == comparable(answers[1])
+        assert answers[0].body == b"m" * 3000
+        prepared = fast.proxy.hot_entries
+    finally:
+        for _, writer in connections:
+            writer.close()
+    fast_log, general_log = await stop_and_read_log(fast), await stop_and_read_log(general)
+    codes = [(line.result, line.status) for line in fast_log]
+    assert codes == [(line.result, line.status) for line in general_log]
+    if kind in ("fresh", "heuristic"):
+        assert codes == [("TCP_MISS", 200), ("TCP_MEM_HIT", 200)]
+        assert (handled, prepared) == ([url], 1)  # the hit was the fast path's
+    else:
+        assert prepared == 0  # (validated, on a plan or in full; a variant in full)
 
 
 async def test_with_the_memory_tier_full_a_disk_hit_is_promoted_on_its_second_read(

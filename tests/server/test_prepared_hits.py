@@ -9,7 +9,7 @@ import pytest
 
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.server.accesslog import line_head, line_tail
-from harvest_cache.server.prepared.hits import HotEntry, HotIndex
+from harvest_cache.server.prepared.hits import BYTES_PER_ENTRY, MIN_ENTRIES, HotEntry, HotIndex
 from harvest_cache.store.interface import StoredObject
 from harvest_cache.store.memory import MemoryTier
 from harvest_cache.store.tiered import TieredStore
@@ -128,6 +128,36 @@ def test_the_bodies_of_entries_are_bounded_in_bytes(memory: MemoryTier) -> None:
         assert (len(hot), hot.bytes) == (0, 0)
     finally:
         executor.shutdown()
+
+
+def test_entries_are_bounded_in_number_by_the_memory_tiers_size(memory: MemoryTier) -> None:
+    """One entry for each ``BYTES_PER_ENTRY`` of the bound on bodies (at least
+    ``MIN_ENTRIES``), unless told; the oldest made is forgotten first."""
+    executor = ThreadPoolExecutor(1)
+    view = TieredStore(memory, None, executor, 1 << 16).memory_view
+    try:
+        assert HotIndex(view, "c", max_bytes=512 << 20).max_entries == 32_768
+        assert HotIndex(view, "c", max_bytes=1 << 20).max_entries == MIN_ENTRIES
+        assert BYTES_PER_ENTRY * 32_768 == 512 << 20
+        hot = HotIndex(view, "test-cache", max_entries=3)
+        fields = (("Cache-Control", "max-age=60"),)
+        for n in range(5):
+            url = f"{URL}/{n}"
+            obj = StoredObject(StoredHead(url, 200, "OK", fields, NOW, NOW, 1), b"x", "memory")
+            assert memory.put(url, obj)
+            assert hot.add(url.encode(), url, obj, 0.0, 60.0, NOW) is not None
+        kept = [n for n in range(5) if hot.lookup(f"{URL}/{n}".encode(), NOW) is not None]
+        assert kept == [2, 3, 4]
+    finally:
+        executor.shutdown()
+
+
+def test_a_head_requests_line_is_made_on_the_first(hot: HotIndex, memory: MemoryTier) -> None:
+    entry = entry_in(hot, memory)
+    assert entry.head_tail == b""
+    line = hot.log_line(entry, NOW, b"127.0.0.1", 120, True)
+    assert line == expected(NOW, b"127.0.0.1", 200, 120, "HEAD")
+    assert entry.head_tail == line_tail("HEAD", URL, content_type="text/plain")
 
 
 def test_a_sweep_forgets_entries_whose_objects_the_memory_tier_dropped(

@@ -20,7 +20,11 @@ from harvest_cache.server.accesslog import line_rest, line_tail, time_field
 from harvest_cache.server.pages import BodyPages, PageCopy
 from harvest_cache.store.interface import MemoryView, StoredObject
 
-_MAX_ENTRIES = 4096
+# One entry for each this many bytes of the memory tier at most: an entry costs about 1.8 KiB
+# besides the body it shares with the tier (an eighth of the tier for 16 KiB objects), and a
+# tier of smaller objects has its most requested ones prepared, the rest answered as they come.
+BYTES_PER_ENTRY = 16 << 10
+MIN_ENTRIES = 4096
 _MAX_LINES = 16  # access-log lines kept per entry
 # How a head ends: for a connection that closes, an HTTP/1.0 one kept alive, and others.
 _CLOSE = b"Connection: close\r\n\r\n"
@@ -38,8 +42,8 @@ class HotEntry:
     expires_at: float  # wall clock: fresh until then
     received_at: float  # wall clock at which the response's age was zero
     body: bytes
-    get_tail: bytes  # the access-log line's fields after the size, for GET and for HEAD
-    head_tail: bytes
+    get_tail: bytes  # the access-log line's fields after the size, for GET
+    content_type: str | None
     key_param: bytes  # Cache-Status's key parameter after its ttl, or nothing
     # Access-log lines after their time, by client, size and HEAD-ness: a hit's line changes
     # only there (its size with the digits of Age and ttl).
@@ -47,15 +51,17 @@ class HotEntry:
     # The last head made: Age, ttl, the ending, and the head (it changes once a second).
     last_head: tuple[int, int, bytes, bytes] = (-1, 0, b"", b"")
     pages: PageCopy | None = None  # the body in a memory file, for sendfile
+    head_tail: bytes = b""  # as ``get_tail``, for HEAD (made on the first)
 
 
 class HotIndex:
     """Raw request targets of recent memory hits, with their prepared heads.
 
-    At most ``_MAX_ENTRIES`` entries whose bodies add up to at most ``max_bytes``, the oldest
-    made forgotten first: an entry holds its object's body, and one whose object the memory
-    tier has since dropped (found out only when it is looked up) would otherwise keep the
-    body alive beyond the tier's bound (4,096 bodies of 512 KiB: 2 GiB)."""
+    At most ``max_entries`` entries (by default one for each ``BYTES_PER_ENTRY`` of
+    ``max_bytes``, at least ``MIN_ENTRIES``) whose bodies add up to at most ``max_bytes``,
+    the oldest made forgotten first: an entry holds its object's body, and one whose object
+    the memory tier has since dropped (found out when it is looked up, or by ``sweep``)
+    would otherwise keep the body alive beyond the tier's bound."""
 
     def __init__(
         self,
@@ -64,6 +70,7 @@ class HotIndex:
         status_keys: bool = False,
         pages: BodyPages | None = None,
         max_bytes: int = 64 << 20,
+        max_entries: int | None = None,
     ) -> None:
         self._memory = memory
         self._pages = pages
@@ -73,6 +80,9 @@ class HotIndex:
         # its removals left at the front, every time, when full of disk hits' entries)
         self._entries: OrderedDict[bytes, HotEntry] = OrderedDict()
         self.max_bytes = max_bytes
+        if max_entries is None:
+            max_entries = max(MIN_ENTRIES, max_bytes // BYTES_PER_ENTRY)
+        self.max_entries = max_entries
         self.bytes = 0  # of the entries' bodies
         self._status_hit = f"Cache-Status: {name}; hit; ttl=".encode("latin-1")
         self._via = via_entry("1.1", name)
@@ -99,7 +109,7 @@ class HotIndex:
         if size > self.max_bytes:
             return None
         entries = self._entries
-        while len(entries) >= _MAX_ENTRIES or self.bytes + size > self.max_bytes:
+        while len(entries) >= self.max_entries or self.bytes + size > self.max_bytes:
             # Forget the oldest; entries are cheap to remake on the next memory hit.
             self.bytes -= len(entries.popitem(last=False)[1].body)
         self.bytes += size
@@ -134,7 +144,7 @@ class HotIndex:
             now - age,
             obj.body,
             line_tail("GET", key, content_type=content_type),
-            line_tail("HEAD", key, content_type=content_type),
+            content_type,
             key_param,
         )
 
@@ -185,7 +195,12 @@ class HotIndex:
         if rest is None:
             status = entry.obj.head.status
             rest = line_rest(0, client, result, status, size, False)
-            rest += entry.head_tail if head_only else entry.get_tail
+            if head_only:
+                if not entry.head_tail:
+                    entry.head_tail = line_tail("HEAD", entry.key, content_type=entry.content_type)
+                rest += entry.head_tail
+            else:
+                rest += entry.get_tail
             if result == b"TCP_MEM_HIT":
                 if len(entry.log_rests) >= _MAX_LINES:
                     entry.log_rests.clear()
