@@ -85,6 +85,17 @@ SCENARIOS = (
     Scenario("hit-16k", "hit", "16k", 16, "HIT", 3.0, "memory hits on 16 warm 16 KiB objects"),
     Scenario("hit-256k", "hit", "256k", 16, "HIT", 8.0, "memory hits on 16 warm 256 KiB objects"),
     Scenario("hit-4m", "hit", "4m", 16, "HIT", 5.0, "memory hits on 16 warm 4 MiB objects"),
+    # urls 0: set from --memory-mb, a working set of half the memory tier (see parse_args).
+    Scenario(
+        "hit-spread",
+        "hit",
+        "16k",
+        0,
+        "HIT",
+        None,
+        "memory hits on 16 KiB objects filling half the memory tier, asked for at random",
+        pick="random",
+    ),
     Scenario(
         "reval", "reval", "1k", 256, "REFRESH", 1.5, "max-age=0 objects revalidated (304) by ETag"
     ),
@@ -130,6 +141,7 @@ DISK_SCENARIOS = (
     Scenario("miss-16k", "miss", "16k", 0, "MISS", None, "unique cacheable 16 KiB URLs, stored"),
 )
 DISK_HIT_SET = 4  # disk-hit's working set, in memory tiers
+SPREAD_SET = 0.5  # hit-spread's, likewise
 RSS_SLACK_MIB = 150  # the miss storm's peak RSS may exceed the memory tier by this much
 
 
@@ -1362,9 +1374,10 @@ def calibrate(args: argparse.Namespace, procs: Processes, workdir: Path) -> dict
     """
     rows: dict[str, Any] = {}
     shared = [s for s in SCENARIOS if s.kind != "hit"]
+    sized = [s for s in SCENARIOS if s.urls or s.kind != "hit"]  # (not hit-spread: --memory-mb's)
     for kind in ("nginx", "python"):
         for layout, cpu, scenarios in (
-            ("own core", PROXY_CPU, list(SCENARIOS)),
+            ("own core", PROXY_CPU, sized),
             ("core of wrk", CLIENT_CPU, shared),
         ):
             origin = Origin(kind, procs, workdir / f"{kind}-{cpu}", cpu)
@@ -1549,6 +1562,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             f"unknown scenario(s){mode} {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
     args.scenario_list = [s for s in catalogue if s.name in names]
+    spread = int(SPREAD_SET * args.memory_mb * MIB) // SIZES["16k"]
+    args.scenario_list = [
+        replace(s, urls=spread) if s.name == "hit-spread" else s for s in args.scenario_list
+    ]
     if args.disk:
         if args.disk_mb < 64 or args.memory_mb < 1:
             p.error("need --disk-mb >= 64 and --memory-mb >= 1")
