@@ -459,10 +459,12 @@ class ClientConnection(asyncio.Protocol):
         else:
             transport.writelines(held)
 
-    def write_paged(self, head: bytes, body: bytes, pages: int) -> None:
-        """A whole response whose body is also in the memory file ``pages``: the head
+    def write_sent(self, head: bytes, body: bytes | memoryview, fd: int, offset: int) -> None:
+        """A whole response whose body is also in a file, ``fd`` from ``offset`` (a memory
+        file of hot bodies, or a disk-tier segment just read from the page cache): the head
         written, then the body sent from the file's pages by the kernel (sendfile), and
-        whatever the socket did not take at once written from ``body``.
+        whatever the socket did not take at once written from ``body`` (copied if it is a
+        view: its buffer may be reused once this returns).
 
         The file is used only while nothing is queued before it: the bytes must go out in
         order, and a queued transport may even be closing."""
@@ -471,18 +473,20 @@ class ClientConnection(asyncio.Protocol):
             return
         if self._held:
             self.flush()
+        length = len(body)
         if self._fileno < 0 or transport.get_write_buffer_size():
-            transport.writelines((head, body))
+            transport.writelines((head, bytes(body) if isinstance(body, memoryview) else body))
             return
         transport.write(head)
         sent = 0
         if not transport.get_write_buffer_size() and not transport.is_closing():
             try:
-                sent = os.sendfile(self._fileno, pages, 0, len(body))
+                sent = os.sendfile(self._fileno, fd, offset, length)
             except OSError:
                 sent = 0  # a full socket, or a broken one: the transport finds out below
-        if sent < len(body):
-            transport.write(memoryview(body)[sent:])
+        if sent < length:
+            rest = memoryview(body)[sent:]
+            transport.write(bytes(rest) if isinstance(body, memoryview) else rest)
 
     async def drain(self) -> None:
         if not self._writable.is_set():

@@ -91,7 +91,7 @@ from harvest_cache.server.routing import Router, request_target
 from harvest_cache.server.transaction import Transaction, record
 from harvest_cache.server.tunnel import open_tunnel
 from harvest_cache.store.entry import VaryMarker
-from harvest_cache.store.interface import FileBody, ObjectStore, StoredObject
+from harvest_cache.store.interface import DiskHit, FileBody, ObjectStore, StoredObject
 from harvest_cache.traffic import Traffic
 from harvest_cache.upstream.client import Exchange, OutgoingRequest
 from harvest_cache.upstream.pool import Pool
@@ -257,7 +257,7 @@ class Proxy:
                 if entry.pages is None:
                     conn.write_response(answer, entry.body)
                 else:
-                    conn.write_paged(answer, entry.body, entry.pages.fd)
+                    conn.write_sent(answer, entry.body, entry.pages.fd, 0)
                 size += len(entry.body)
             status = entry.obj.head.status
             traffic = self._traffic
@@ -305,37 +305,42 @@ class Proxy:
     ) -> bool:
         """Answer a plain GET for a fresh object the memory tier holds, or the disk tier
         and the page cache (read without waiting), and prepare its next hits (unless it
-        was read from disk and left there); False if it is not one: the general path then
-        takes the request."""
+        was read from disk and left there: its body is then sent from disk); False if it is
+        not one: the general path then takes the request."""
         memory = self._memory
-        found = memory.get(key)
+        found: StoredObject | DiskHit | VaryMarker | None = memory.get(key)
         promoted = False
         if found is None:
             if not memory.on_disk(key):
                 return False
             found = memory.read_disk(key)
             promoted = True
-        if not isinstance(found, StoredObject):
+        if found is None or isinstance(found, VaryMarker):
             return False  # (a Vary marker, or not to be had without waiting)
         heuristic = self.heuristics.for_url(key)
         # (a head read from disk is new: memoising its facts would only evict others')
-        reuse = evaluate(found.head, NO_DIRECTIVES, now, heuristic, once=found.tier == "disk")
+        reuse = evaluate(found.head, NO_DIRECTIVES, now, heuristic, once=isinstance(found, DiskHit))
         if not isinstance(reuse, Fresh):
             return False
         hot = self._hot
-        if found.tier == "memory":
+        if isinstance(found, DiskHit):
+            bodiless = StoredObject(found.head, b"", "disk")
+            entry = hot.prepare(key, bodiless, reuse.age, reuse.ttl, now, found.length)
+        else:
             # (an object just read from disk is likely read once: no page copy for it yet)
             entry = hot.add(target, key, found, reuse.age, reuse.ttl, now, copy_pages=not promoted)
-        else:
-            entry = hot.prepare(key, found, reuse.age, reuse.ttl, now)
         if entry is None:
             return False
         answer = hot.head(entry, now, not keep_alive, version == "1.0")
-        if entry.pages is None:
-            conn.write_response(answer, entry.body)
+        if isinstance(found, DiskHit):
+            conn.write_sent(answer, found.view, found.fd, found.offset)
+            size = len(answer) + found.length
         else:
-            conn.write_paged(answer, entry.body, entry.pages.fd)
-        size = len(answer) + len(entry.body)
+            if entry.pages is None:
+                conn.write_response(answer, entry.body)
+            else:
+                conn.write_sent(answer, entry.body, entry.pages.fd, 0)
+            size = len(answer) + len(entry.body)
         result, code = ("TCP_HIT", b"TCP_HIT") if promoted else ("TCP_MEM_HIT", b"TCP_MEM_HIT")
         self._traffic.ended("GET", result, found.head.status, size, 0.0, "HIER_NONE", False)
         if self._log.enabled:

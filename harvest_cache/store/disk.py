@@ -75,8 +75,8 @@ from harvest_cache.errors import HarvestCacheError
 from harvest_cache.http.stored import StoredHead
 from harvest_cache.store.codec import CorruptRecord, ObjectRecord, decode, encode
 from harvest_cache.store.entry import VaryMarker
-from harvest_cache.store.interface import FileBody, Found, StoredObject
-from harvest_cache.store.segments import Damaged, Location, Segments, pack, unpack
+from harvest_cache.store.interface import DiskHit, FileBody, Found, StoredObject
+from harvest_cache.store.segments import Damaged, Location, Segments, locate, pack, unpack
 
 EVICTION_POLICY = "least-recently-stored"
 # Pages of the index each SQLite connection caches (4 KiB each): 1 MiB, as 4 MiB cost a
@@ -284,6 +284,9 @@ class DiskTier:
         # Small objects whose record was rewritten (a revalidation) in their row, not in
         # their entry: read in a thread, which takes the row's record with the entry's body.
         self._rewritten: set[int] = set()
+        # Entries of segments this process did not write that it has read and checked (their
+        # packed locations): read again, they are not checked again (``send_nowait``).
+        self._checked: set[int] = set()
         self._tmp = tmp
         self._min_file_size = int(cache.disk.min_file_size)
         # Serialise mutations, so no cull or delete can run between a commit and its rename
@@ -406,6 +409,33 @@ class DiskTier:
         if found.head.body_length != len(body):
             return None
         return StoredObject(found.head, body, "disk")
+
+    def send_nowait(self, key: str) -> DiskHit | None:
+        """As ``read_nowait``, for an object to be answered at once: its body is left where
+        it was read, to be sent from there. Read whole all the same, so the page cache is
+        known to hold it; checked by its CRC on this process's first read unless this process
+        wrote it. None for a marker, or as ``read_nowait`` says."""
+        h = hash(key)
+        where = self._logged.get(h)
+        if where is None or h in self._rewritten:
+            return None
+        location = _unpacked(where)
+        data = self._segments.read_nowait(location)
+        if data is None:
+            return None
+        trusted = location.segment in self._segments.own or where in self._checked
+        try:
+            at, body_at = locate(data, key, check=not trusted)
+            found = decode(bytes(data[at:body_at]))
+        except (Damaged, CorruptRecord):
+            return None
+        if not trusted:
+            self._checked.add(where)
+        fd = self._segments.descriptor(location.segment)
+        length = len(data) - body_at
+        if isinstance(found, VaryMarker) or fd is None or found.head.body_length != length:
+            return None
+        return DiskHit(found.head, fd, location.offset + body_at, length, data[body_at:])
 
     def get(self, key: str, read_limit: int) -> Found | None:
         """The marker or object under ``key``, or None.
@@ -683,6 +713,9 @@ class DiskTier:
         for h in gone:
             del self._logged[h]
             self._rewritten.discard(h)
+        # (a copy to look through: the event loop adds to the set meanwhile)
+        for where in [w for w in list(self._checked) if w >> _SEGMENT_SHIFT == number]:
+            self._checked.discard(where)
         self._segments.remove(number)
         self._dangling.append(number)
         return int(count)

@@ -34,6 +34,19 @@ class StoredObject(NamedTuple):
 Found = StoredObject | VaryMarker
 
 
+class DiskHit(NamedTuple):
+    """A small object read from the disk tier on the event loop for one answer, at once: its
+    body, ``length`` bytes of the segment file open as ``fd`` from ``offset``, is in the page
+    cache (it was just read from there), to be sent by the kernel (sendfile); ``view`` has
+    the same bytes until the tier's next read. Not to be kept: the segment may go."""
+
+    head: StoredHead
+    fd: int
+    offset: int
+    length: int
+    view: memoryview
+
+
 class ObjectWriter(Protocol):
     """Receives one response body as it streams; nothing is visible before ``commit``.
 
@@ -73,10 +86,10 @@ class MemoryView:
     # Whether the disk tier may hold a key: False means a memory miss is a miss (always,
     # without a disk tier).
     on_disk: Callable[[str], bool]
-    # The disk tier's small object or marker under a key, promoted into the memory tier (the
-    # memory tier's copy, if it took it), if it can be had without waiting for the device;
-    # None says nothing (``ObjectStore.get`` tells).
-    read_disk: Callable[[str], Found | None]
+    # The disk tier's small object under a key, if it can be had without waiting for the
+    # device: as promoted into the memory tier, if it took it, else a DiskHit; None says
+    # nothing (a marker, or not to be had at once: ``ObjectStore.get`` tells).
+    read_disk: Callable[[str], StoredObject | DiskHit | None]
     has_disk: bool
     # The largest body ``put`` stores, in bytes (-1: none). Without a disk tier the store's
     # largest object (``put`` drops the key's copy for a larger one).

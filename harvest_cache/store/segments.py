@@ -11,8 +11,9 @@ of its segment files, ``segments/NNNNNNNN`` under its directory::
 
 An entry is written once and never changed: a newer object, head or deletion of its key only
 makes the index point elsewhere, and the bytes go with their segment, the oldest first, when
-the tier culls. The CRC covers key, record and body, so a read checks all of it; the key in
-the entry tells a read that its index entry was for another key.
+the tier culls. The CRC covers key, record and body, so a read checks all of it (``locate``
+may skip it for an entry this process wrote or checked before: see ``DiskTier.send_nowait``);
+the key in the entry tells a read that its index entry was for another key.
 
 Reads come two ways. ``read_nowait`` is for the event loop: ``preadv2`` with ``RWF_NOWAIT``
 returns the bytes only if the kernel has them all in its page cache, never waiting for the
@@ -89,9 +90,11 @@ def pack(key: str, record: bytes, body: bytes) -> Entry:
     return Entry(header + name + record, body)
 
 
-def unpack(data: bytes | memoryview, key: str) -> tuple[bytes, bytes]:
-    """(record, body) of the entry ``data`` for ``key``, copied out of it; Damaged if it is
-    not that."""
+def locate(data: bytes | memoryview, key: str, *, check: bool = True) -> tuple[int, int]:
+    """Where the record and the body begin in the entry ``data`` for ``key`` (the record
+    ends where the body begins); Damaged if it is not that. The CRC is checked unless
+    ``check`` is False (an entry this process wrote, or checked before: the page cache has
+    what it wrote or read, and an entry is never changed)."""
     if len(data) < HEADER.size:
         raise Damaged(f"entry of {len(data)} bytes")
     magic, crc, key_length, record_length, body_length = HEADER.unpack_from(data)
@@ -99,12 +102,20 @@ def unpack(data: bytes | memoryview, key: str) -> tuple[bytes, bytes]:
     if magic != MAGIC or end != len(data):
         raise Damaged("not an entry, or not of its recorded length")
     view = memoryview(data)
-    if crc32(view[HEADER.size :]) != crc:
+    if check and crc32(view[HEADER.size :]) != crc:
         raise Damaged("entry fails its CRC")
     at = HEADER.size + key_length
     if view[HEADER.size : at] != key.encode():
         raise Damaged("entry of another key")
-    return bytes(view[at : at + record_length]), bytes(view[at + record_length :])
+    return at, at + record_length
+
+
+def unpack(data: bytes | memoryview, key: str) -> tuple[bytes, bytes]:
+    """(record, body) of the entry ``data`` for ``key``, checked and copied out of it;
+    Damaged if it is not that."""
+    at, body_at = locate(data, key)
+    view = memoryview(data)
+    return bytes(view[at:body_at]), bytes(view[body_at:])
 
 
 def _write_all(fd: int, buffers: list[bytes]) -> None:
@@ -142,6 +153,8 @@ class Segments:
         self._opening = threading.Lock()
         self._active: tuple[int, int] | None = None  # (number, descriptor to append to)
         self._buffer = bytearray(64 << 10)  # ``read_nowait``'s
+        # Segments this process started: every entry in them is one it wrote.
+        self.own: set[int] = set()
 
     def path(self, number: int) -> Path:
         return self.directory / f"{number:08d}"
@@ -160,6 +173,7 @@ class Segments:
         path = self.path(number)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self._active = (number, fd)
+        self.own.add(number)
         self.open_reader(number)
 
     def open_reader(self, number: int) -> None:
@@ -206,6 +220,11 @@ class Segments:
             raise Damaged(f"segment {where.segment} ends within an entry")
         return data
 
+    def descriptor(self, number: int) -> int | None:
+        """The reading descriptor of segment ``number`` if it is open (for the event loop:
+        as ``read_nowait``, it opens none)."""
+        return self._readers.get(number)
+
     def read_nowait(self, where: Location) -> memoryview | None:
         """The entry at ``where`` if the page cache holds all of it, else None: a view of a
         buffer the next call reuses (one thread only: the event loop's), so the entry is
@@ -231,6 +250,7 @@ class Segments:
         self._retired = []
         if number in self._readers:
             self._retired.append(self._readers.pop(number))
+        self.own.discard(number)
         self.path(number).unlink(missing_ok=True)
 
     def prune(self, known: set[int]) -> None:

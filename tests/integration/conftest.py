@@ -16,12 +16,11 @@ def no_blocking_calls() -> Iterator[None]:
     # Only calls made from harvest_cache's own modules (and the shared ones it runs) count:
     # the tests may block freely.
     with blockbuster_ctx(["harvest_cache", "harvest_common"]) as bb:
-        # Page copies of hot bodies live in memory files: writing one and sendfile from one
-        # to a non-blocking socket never wait on a device.
+        # Page copies of hot bodies live in memory files: writing one never waits on a
+        # device; nor does sendfile to a non-blocking socket from one, or from a disk-tier
+        # segment whose bytes were just read from the page cache (without waiting).
         bb.functions["os.write"].can_block_in("harvest_cache/server/pages.py", "copy")
-        bb.functions["os.sendfile"].can_block_in(
-            "harvest_cache/server/connection.py", "write_paged"
-        )
+        bb.functions["os.sendfile"].can_block_in("harvest_cache/server/connection.py", "write_sent")
         yield
 
 

@@ -10,6 +10,8 @@ code, for fresh objects and for those that must be revalidated or vary.
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,16 @@ from harvest_cache.server.app import CacheServer
 from harvest_cache.server.connection import Answered, ClientConnection
 from harvest_cache.server.request import Request
 from tests.integration.test_prepared_equivalence import ask, comparable
-from tests.support import MakeCache, Origin, open_proxy, stop_and_read_log, wait_until
+from tests.store.test_store_tiered import payload
+from tests.support import (
+    MakeCache,
+    Origin,
+    open_proxy,
+    read_response,
+    request_bytes,
+    stop_and_read_log,
+    wait_until,
+)
 
 RESPONSES = {
     "fresh": {"Cache-Control": "max-age=600", "ETag": '"f"'},
@@ -177,6 +188,48 @@ async def test_with_the_memory_tier_full_a_disk_hit_is_promoted_on_its_second_re
     results = [line.result for line in await stop_and_read_log(cache)]
     assert results[-3:] == ["TCP_HIT", "TCP_HIT", "TCP_MEM_HIT"]
     assert sum(origin.hits.values()) == len(bodies)
+
+
+async def test_disk_hits_sent_to_a_client_that_reads_slowly_keep_their_bodies(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    """Bodies left on disk are sent from their segments, and what the socket does not take
+    at once is copied from the tier's read buffer (which the next read reuses): 300
+    pipelined disk hits to a client with a small receive window, read only once all were
+    asked for, each come back whole and its own."""
+    bodies = {f"/s{i}": payload(16 * 1024, seed=i) for i in range(300)}  # 4.7 MiB: 5 x memory
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=bodies[request.path], headers={"Cache-Control": "max-age=600"})
+
+    for path in bodies:
+        origin.route(path, handler)
+    log = {"access_log": str(tmp_path / "access.log")}
+    cache = await make_cache(cache={"dir": str(tmp_path / "c"), "memory_mb": 1}, log=log)
+    reader, writer = await open_proxy(cache.address[1])
+    try:
+        for path in bodies:
+            assert (await ask(reader, writer, "GET", origin.url(path), ())).status == 200
+    finally:
+        writer.close()
+    await cache.store.flush()
+    on_disk = [p for p in bodies if cache.store.memory.peek(origin.url(p)) is None]
+    assert len(on_disk) > 200
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(cache.address)
+    reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
+    try:
+        writer.write(b"".join(request_bytes("GET", origin.url(p)) for p in on_disk))
+        await asyncio.sleep(0.2)  # (the cache answers into a full socket meanwhile)
+        for path in on_disk:
+            answer = await read_response(reader)
+            assert (answer.status, answer.body) == (200, bodies[path]), path
+    finally:
+        writer.close()
+    results = [line.result for line in await stop_and_read_log(cache)]
+    assert results[-len(on_disk) :].count("TCP_HIT") == len(on_disk)
+    assert cache.store.kept_on_disk > 200  # (not promoted: sent from disk)
 
 
 async def test_prepared_hits_of_objects_the_memory_tier_dropped_are_forgotten(

@@ -23,6 +23,9 @@ def sibling_conf(cache: CacheServer) -> str:
         "server_persistent_connections off\n"
         "minimum_direct_rtt 0\n"
         "minimum_direct_hops 0\n"
+        # (with Squid's dynamic timeout, worked out from recent round trips, a query timed
+        # out once while the machine was busy: a fixed one waits for the reply that comes)
+        "icp_query_timeout 2000\n"
     )
 
 

@@ -245,6 +245,43 @@ async def test_a_damaged_entry_is_never_served(tmp_path: Path) -> None:
         assert await tier("get", "k", MIB) is None
 
 
+async def test_an_entry_to_send_is_left_in_the_page_cache_checked_once(tmp_path: Path) -> None:
+    """``send_nowait`` reads an entry whole but hands its body over where it lies (for
+    sendfile): in a segment this process wrote, unchecked (it wrote those bytes); in one it
+    found at open, checked on its first read, which refuses a damaged entry."""
+    directory = tmp_path / "cache"
+    objects = [(k, head_for(k, 4 * KIB), payload(4 * KIB, seed=n)) for n, k in enumerate("abc")]
+    async with Tier(directory, 256 * MIB) as tier:
+        assert tier.tier is not None
+        await tier("commit_many", objects)
+        for key, head, expected in objects:
+            hit = tier.tier.send_nowait(key)
+            assert hit is not None
+            assert (hit.head, hit.length, bytes(hit.view)) == (head, len(expected), expected)
+            assert os.pread(hit.fd, hit.length, hit.offset) == expected
+        await tier("put_marker", "m", VaryMarker("http://origin.test/m", ("accept",), "g"))
+        assert tier.tier.send_nowait("m") is None  # a marker: not an answer
+        assert tier.tier.send_nowait("absent") is None
+        assert not tier.tier._checked  # (all written here)
+    (path,) = segment_files(directory)
+    data = bytearray(path.read_bytes())
+    data[data.index(payload(4 * KIB, seed=1)) + 10] ^= 0x01  # a bit of "b"'s body
+    path.write_bytes(bytes(data))
+    async with Tier(directory, 256 * MIB) as tier:
+        assert tier.tier is not None
+        first = tier.tier.send_nowait("a")
+        assert first is not None
+        assert bytes(first.view) == objects[0][2]
+        assert tier.tier.send_nowait("b") is None  # damaged: never sent
+        assert len(tier.tier._checked) == 1  # "a", read and checked once
+        again = tier.tier.send_nowait("a")
+        assert again is not None
+        assert bytes(again.view) == objects[0][2]
+        assert len(tier.tier._checked) == 1
+        with pytest.raises(DiskError, match="damaged"):
+            await tier("get", "b", MIB)
+
+
 async def test_an_entry_is_read_only_for_its_own_key(tmp_path: Path) -> None:
     """Two keys with one hash share a place in the membership: the entry's key tells."""
     directory = tmp_path / "cache"

@@ -119,15 +119,22 @@ class HotIndex:
         return entry
 
     def prepare(
-        self, key: str, obj: StoredObject, age: float, ttl: float, now: float
+        self,
+        key: str,
+        obj: StoredObject,
+        age: float,
+        ttl: float,
+        now: float,
+        sent: int | None = None,
     ) -> HotEntry | None:
         """An entry for ``obj``'s hits, not kept (``add`` keeps one): for an object answered
-        once, from the disk tier, and left there. None as ``add`` says."""
+        once, from the disk tier, and left there (``sent``: the length of its body, sent
+        from disk; ``obj`` then has none). None as ``add`` says."""
         if not isinstance(obj.body, bytes) or ttl < 1:
             return None
         head = obj.head
         # (Cache-Status stays: ours follows the members of caches nearer the origin.)
-        length = (("Content-Length", str(len(obj.body))),)
+        length = (("Content-Length", str(len(obj.body) if sent is None else sent)),)
         prefix = forwarded_head(
             head.status, head.reason, head.headers, self._via, length, _NOT_PREPARED
         )[:-2]
