@@ -122,6 +122,8 @@ _LOGGED_DANGLING = "SELECT DISTINCT segment FROM Logged WHERE NOT " + _LIVE
 # at once (50,000 for 1 KiB objects) held the writer for 160-280 ms, long enough for 32 MiB of
 # objects to queue behind it.
 TRIM_ROWS = 500
+# Entries of earlier processes' segments remembered as checked, at most (about 60 bytes each).
+CHECKED_MAX = 1 << 18
 _SEGMENT_NEW = "INSERT INTO Segment (created, size) VALUES (?, 0)"
 _SEGMENT_GROW = "UPDATE Segment SET size = ? WHERE number = ?"
 _SEGMENT_SIZE = "SELECT size FROM Segment WHERE number = ?"
@@ -430,6 +432,8 @@ class DiskTier:
         except (Damaged, CorruptRecord):
             return None
         if not trusted:
+            if len(self._checked) >= CHECKED_MAX:
+                self._checked.clear()  # (bounded: what is forgotten is checked again)
             self._checked.add(where)
         fd = self._segments.descriptor(location.segment)
         length = len(data) - body_at

@@ -245,7 +245,9 @@ async def test_a_damaged_entry_is_never_served(tmp_path: Path) -> None:
         assert await tier("get", "k", MIB) is None
 
 
-async def test_an_entry_to_send_is_left_in_the_page_cache_checked_once(tmp_path: Path) -> None:
+async def test_an_entry_to_send_is_left_in_the_page_cache_checked_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``send_nowait`` reads an entry whole but hands its body over where it lies (for
     sendfile): in a segment this process wrote, unchecked (it wrote those bytes); in one it
     found at open, checked on its first read, which refuses a damaged entry."""
@@ -280,6 +282,9 @@ async def test_an_entry_to_send_is_left_in_the_page_cache_checked_once(tmp_path:
         assert len(tier.tier._checked) == 1
         with pytest.raises(DiskError, match="damaged"):
             await tier("get", "b", MIB)
+        monkeypatch.setattr(disk_module, "CHECKED_MAX", 1)
+        assert tier.tier.send_nowait("c") is not None
+        assert len(tier.tier._checked) == 1  # ("a" forgotten, to be checked again)
 
 
 async def test_an_entry_is_read_only_for_its_own_key(tmp_path: Path) -> None:
