@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from harvest_cache.http.cache_control import MAX_DELTA, CacheControl, delta_seconds
 from harvest_cache.http.dates import header_date, parse_http_date
@@ -58,8 +59,7 @@ class HeuristicRules:
         return self._default
 
 
-@dataclass(frozen=True, slots=True)
-class Lifetime:
+class Lifetime(NamedTuple):
     """A freshness lifetime in seconds; ``heuristic`` when no explicit freshness was given."""
 
     seconds: float

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from harvest_cache.http.cache_control import CacheControl, parse_cache_control
 from harvest_cache.http.freshness import (
@@ -114,9 +115,10 @@ def validated_on_every_use(cc: CacheControl, explicit: float | None) -> bool:
     return cc.no_cache or bool(cc.no_cache_fields) or explicit == 0
 
 
-@dataclass(frozen=True, slots=True)
-class Fresh:
-    """The stored response may be served without contacting the origin.
+class Fresh(NamedTuple):
+    """The stored response may be served without contacting the origin (a named tuple, as
+    its sibling: made on every evaluation, and a frozen dataclass costs several times as much
+    to make).
 
     ``reason`` is ``fresh``, or ``max-stale`` when it is stale (``ttl`` <= 0) but within what
     the request accepts.
@@ -127,8 +129,7 @@ class Fresh:
     reason: str = "fresh"
 
 
-@dataclass(frozen=True, slots=True)
-class MustValidate:
+class MustValidate(NamedTuple):
     """The stored response may be served only after the origin confirms it (a 304).
 
     ``reason``: ``no-cache`` (response), ``request-no-cache``, ``request-max-age``,
