@@ -81,6 +81,8 @@ def parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="gather once from the configured roots and leaves")
     run.add_argument("config", type=Path, help="gatherer.cf (Harvest form) or a .toml file")
     run.add_argument("--quiet", action="store_true", help="no live progress display")
+    check = commands.add_parser("check-config", help="check a configuration and exit")
+    check.add_argument("config", type=Path, help="gatherer.cf (Harvest form) or a .toml file")
     for name, help_text in (
         ("export", "write the records as a SOIF stream"),
         ("serve", "serve the records to brokers over HTTP (gatherd)"),
@@ -120,6 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in error.problems:
             print(f"harvest-gather: {problem}", file=sys.stderr)
         return 2
+    if args.command == "check-config":
+        roots, leaves = len(config.root_nodes), len(config.leaf_nodes)
+        print(
+            f"{config_path}: gatherer {config.name}, {roots} root node(s), {leaves} leaf"
+            f" node(s), records in {config.data_directory}"
+        )
+        return 0
     try:
         if args.command == "run":
             return uvloop.run(_run(config, quiet=args.quiet))

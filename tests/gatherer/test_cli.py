@@ -212,6 +212,40 @@ async def test_run_reports_every_configuration_problem(tmp_path: Path) -> None:
     assert "Traceback" not in done.err
 
 
+async def test_check_config_names_what_a_good_file_gathers(tmp_path: Path) -> None:
+    config = tmp_path / "good.cf"
+    config.write_text(
+        "Gatherer-Name: Docs\n"
+        "Top-Directory: top\n"
+        "<RootNodes>\n"
+        "http://127.0.0.1:9/ Depth=2\n"
+        "http://127.0.0.1:9/other/\n"
+        "</RootNodes>\n"
+        "<LeafNodes>\n"
+        "http://127.0.0.1:9/leaf.html\n"
+        "</LeafNodes>\n"
+    )
+    data = (await asyncio.to_thread(load, config)).data_directory
+    done = await harvest_gather("check-config", str(config), cwd=tmp_path)
+    assert (done.status, done.err) == (0, "")
+    wanted = f"{config}: gatherer Docs, 2 root node(s), 1 leaf node(s), records in {data}\n"
+    assert done.stdout.decode() == wanted
+    assert not (tmp_path / "top").exists()  # (checked, nothing made)
+
+
+async def test_check_config_reports_every_problem(tmp_path: Path) -> None:
+    config = tmp_path / "broken.cf"
+    config.write_text("Gatherer-Name: Broken\nAccess-Delay: soon\nFavourite-Colour: blue\n")
+    with pytest.raises(ConfigError) as caught:
+        await asyncio.to_thread(load, config)
+    done = await harvest_gather("check-config", str(config), cwd=tmp_path)
+    assert (done.status, done.stdout) == (2, b"")
+    assert done.err.splitlines() == [f"harvest-gather: {p}" for p in caught.value.problems]
+    missing = await harvest_gather("check-config", str(tmp_path / "nowhere.cf"), cwd=tmp_path)
+    assert missing.status == 2
+    assert "cannot read configuration" in missing.err
+
+
 async def test_run_with_a_missing_configuration(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.cf"
     done = await harvest_gather("run", str(missing), cwd=tmp_path)
