@@ -81,6 +81,11 @@ def parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="gather once from the configured roots and leaves")
     run.add_argument("config", type=Path, help="gatherer.cf (Harvest form) or a .toml file")
     run.add_argument("--quiet", action="store_true", help="no live progress display")
+    run.add_argument(
+        "--refresh",
+        action="store_true",
+        help="check every stored record again now, not only those due for refresh",
+    )
     check = commands.add_parser("check-config", help="check a configuration and exit")
     check.add_argument("config", type=Path, help="gatherer.cf (Harvest form) or a .toml file")
     for name, help_text in (
@@ -131,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         if args.command == "run":
-            return uvloop.run(_run(config, quiet=args.quiet))
+            return uvloop.run(_run(config, quiet=args.quiet, refresh=args.refresh))
         if args.command == "export":
             return uvloop.run(_export(config, args.since, args.compress, args.output))
         if args.command == "serve":
@@ -201,18 +206,18 @@ def progress_table(stats: RunStats) -> Table:
     return table
 
 
-async def _run(config: GathererConfig, *, quiet: bool) -> int:
+async def _run(config: GathererConfig, *, quiet: bool, refresh: bool) -> int:
     stats = RunStats()
     console = Console(stderr=True)
     status = 0
     try:
         if quiet or not console.is_terminal:
-            await _until_stopped(gather(config, stats))
+            await _until_stopped(gather(config, stats, refresh=refresh))
         else:
             live = Live(progress_table(stats), console=console, transient=True)
             with live, _logging_to(console):
                 async with _redrawing(live, stats):
-                    await _until_stopped(gather(config, stats))
+                    await _until_stopped(gather(config, stats, refresh=refresh))
     except _Stopped as stop:
         print(f"harvest-gather: run stopped by {stop.signum.name}, incomplete", file=sys.stderr)
         status = 128 + stop.signum

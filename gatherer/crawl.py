@@ -60,6 +60,8 @@ class Settings:
     user_agent: str
     connections_per_host: int
     max_connections: int
+    # Every stored record is fetched again (conditionally), whether due or not.
+    refresh_all: bool = False
 
 
 class Crawl:
@@ -214,7 +216,8 @@ class Crawl:
     async def _fetch(self, job: Job) -> Fetched | Stored | None:
         """The fetched document, or the stored record to re-enumerate, or None (nothing)."""
         stored = await self._db.get(job.url)
-        if stored is not None and stored.refresh_at > self._clock():
+        refresh_all = self._settings.refresh_all
+        if stored is not None and not refresh_all and stored.refresh_at > self._clock():
             # Not due: its links come from the record, and the server is not contacted.
             self.stats.fresh += 1
             return stored

@@ -5,10 +5,12 @@ expired records removed. The CLI and the tests start gathering through ``gather`
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from gatherer.archive import WarcArchive
@@ -75,10 +77,16 @@ def fetch_settings(config: GathererConfig) -> FetchSettings:
 
 
 async def gather(
-    config: GathererConfig, stats: RunStats | None = None, *, summarizer: str = SUMMARIZER
+    config: GathererConfig,
+    stats: RunStats | None = None,
+    *,
+    summarizer: str = SUMMARIZER,
+    refresh: bool = False,
 ) -> RunStats:
     """Run one gathering pass over the configuration's roots and leaves; ``summarizer`` is the
-    "module:function" the worker processes run on each document."""
+    "module:function" the worker processes run on each document. With ``refresh`` every
+    stored record is checked again now, not only those due (so that a changed
+    ``Refresh-Rate`` or a changed site is taken up at once)."""
     stats = stats if stats is not None else RunStats()
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(config))
@@ -110,9 +118,9 @@ async def gather(
         stack.push_async_callback(resolver.close)
         await sync_manual(config, db)
         roots = await expand(config)
-        recheck = await db.due(time.time(), RECHECK_LIMIT)
+        recheck = await db.due(math.inf if refresh else time.time(), RECHECK_LIMIT)
         crawl = Crawl(
-            settings(config),
+            replace(settings(config), refresh_all=refresh),
             db=db,
             fetchers=fetchers,
             pool=pool,

@@ -188,6 +188,17 @@ async def test_run_without_a_terminal_works_without_quiet(gathered: Path, site: 
     assert set(await stored(gathered)) == {site.url(path) for path in PAGES}
 
 
+async def test_run_refresh_checks_every_record_again(gathered: Path) -> None:
+    again = await harvest_gather("run", str(gathered), "--quiet", cwd=gathered.parent)
+    assert again.status == 0, again.err
+    assert re.search(r", fresh 4$", again.stdout.decode(), re.MULTILINE)  # none due yet
+    refreshed = await harvest_gather(
+        "run", str(gathered), "--quiet", "--refresh", cwd=gathered.parent
+    )
+    assert refreshed.status == 0, refreshed.err
+    assert re.search(r", fresh 0$", refreshed.stdout.decode(), re.MULTILINE)
+
+
 async def test_run_reports_every_configuration_problem(tmp_path: Path) -> None:
     config = tmp_path / "broken.cf"
     config.write_text(

@@ -252,6 +252,21 @@ async def test_a_hanging_summarizer_is_killed_and_the_crawl_goes_on(
     assert (site.url("/bad.html"), "summarizing: timeout after 1.0 s") in stats.failures
 
 
+async def test_a_rerun_with_refresh_checks_every_record_now(tmp_path: Path, site: Site) -> None:
+    """``refresh``: every stored record is asked for again (conditionally), due or not."""
+    config = await write_config(tmp_path, site.url("/"), options="URL=100")
+    first = await gather(config)
+    async with open_database(config) as db:
+        stored = set(await db.due(float("inf"), 1000))
+    site.hits.clear()
+    again = await gather(config, refresh=True)
+    assert again.fresh == 0
+    assert len(stored) == first.stored
+    assert {site.url(path) for path in site.paths()} >= stored
+    assert again.fetched + again.not_modified >= len(stored)
+    assert again.summarized == 0  # nothing changed
+
+
 async def test_a_rerun_before_the_refresh_rate_contacts_no_server(
     tmp_path: Path, site: Site
 ) -> None:
