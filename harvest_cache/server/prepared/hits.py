@@ -1,9 +1,9 @@
 """The hit fast path: fresh memory-tier objects answered straight from the parser callback.
 
 Plain GETs (no Cache-Control, conditionals, Range, credentials or Via) for an object already
-served once as a memory hit (or read from the disk tier on the fast path, and promoted) are
-answered from a response head prepared at that time, with
-only Age and Cache-Status written per request. An entry stays valid while the memory tier
+served once from the memory tier (on the fast path or the general one), or read from the disk
+tier on the fast path and promoted, are answered from a response head prepared at that time,
+with only Age and Cache-Status written per request. An entry stays valid while the memory tier
 still holds that very object (an identity check), so replacement, revalidation, invalidation
 and eviction all retire it without any hook; its freshness deadline is fixed when it is made
 (a response's remaining time to live falls one second per second).
