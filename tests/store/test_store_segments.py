@@ -327,6 +327,29 @@ async def test_the_cull_drops_whole_segments_oldest_first(tmp_path: Path) -> Non
     assert {int(p.name) for p in segment_files(directory)} == segments
 
 
+async def test_entries_remembered_as_checked_go_with_their_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "cache"
+
+    async def fill(tier: Tier, prefix: str, count: int) -> list[str]:
+        keys = [f"{prefix}{i}" for i in range(count)]
+        for start in range(0, count, 20):
+            batch = [
+                (k, head_for(k, 20 * KIB), payload(20 * KIB)) for k in keys[start : start + 20]
+            ]
+            await tier("commit_many", batch)
+        return keys
+
+    async with Tier(directory, 4 * MIB) as tier:  # segments of 1 MiB
+        old = await fill(tier, "old", 100)  # 2 MiB
+    async with Tier(directory, 4 * MIB) as tier:
+        assert tier.tier is not None
+        assert tier.tier.send_nowait(old[0]) is not None  # an earlier process's: checked
+        assert len(tier.tier._checked) == 1
+        await fill(tier, "new", 300)  # 6 MiB: the old segments are culled
+        assert not tier.may_hold(old[0])
+        assert not tier.tier._checked
+
+
 async def test_a_dropped_segments_rows_are_deleted_a_few_at_a_time_and_never_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
