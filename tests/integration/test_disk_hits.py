@@ -59,18 +59,32 @@ async def drop_from_memory(cache: CacheServer) -> None:
         cache.store.memory.delete(key)
 
 
-@pytest.mark.parametrize("kind", list(RESPONSES))
-async def test_a_disk_hit_on_the_fast_path_is_the_general_paths(
-    origin: Origin, make_cache: MakeCache, tmp_path: Path, kind: str
-) -> None:
+def route_kind(origin: Origin, path: str, kind: str, body: bytes) -> str:
+    """Serve ``body`` at ``path`` with the fields of ``kind`` (a 304 to its ETag); the URL."""
+
     async def handler(request: web.Request) -> web.Response:
         etag = RESPONSES[kind].get("ETag")
         if etag is not None and request.headers.get("If-None-Match") == etag:
             return web.Response(status=304, headers=RESPONSES[kind])
-        return web.Response(body=b"x" * 5000, headers=RESPONSES[kind])
+        return web.Response(body=body, headers=RESPONSES[kind])
 
-    origin.route("/d", handler)
-    url = origin.url("/d")
+    origin.route(path, handler)
+    return origin.url(path)
+
+
+async def logged_alike(fast: CacheServer, general: CacheServer) -> list[tuple[str, int]]:
+    """The two caches' access-log codes and statuses, which must be the same (once stopped)."""
+    fast_log, general_log = await stop_and_read_log(fast), await stop_and_read_log(general)
+    codes = [(line.result, line.status) for line in fast_log]
+    assert codes == [(line.result, line.status) for line in general_log]
+    return codes
+
+
+@pytest.mark.parametrize("kind", list(RESPONSES))
+async def test_a_disk_hit_on_the_fast_path_is_the_general_paths(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path, kind: str
+) -> None:
+    url = route_kind(origin, "/d", kind, b"x" * 5000)
     fast, general = await caches(make_cache, tmp_path)
     fields = (("Accept-Language", "en"),)
     connections = [await open_proxy(cache.address[1]) for cache in (fast, general)]
@@ -90,9 +104,7 @@ async def test_a_disk_hit_on_the_fast_path_is_the_general_paths(
     finally:
         for _, writer in connections:
             writer.close()
-    fast_log, general_log = await stop_and_read_log(fast), await stop_and_read_log(general)
-    codes = [(line.result, line.status) for line in fast_log]
-    assert codes == [(line.result, line.status) for line in general_log]
+    codes = await logged_alike(fast, general)
     if kind in ("fresh", "heuristic"):
         assert codes == [("TCP_MISS", 200), ("TCP_HIT", 200), ("TCP_MEM_HIT", 200)]
         # The disk hit was answered on the fast path, and prepared (the general path
@@ -110,14 +122,7 @@ async def test_a_memory_hit_on_the_fast_path_is_the_general_paths(
     before one was) is answered on the fast path too, and prepared there, as the general
     path would; what needs more goes its own way."""
 
-    async def handler(request: web.Request) -> web.Response:
-        etag = RESPONSES[kind].get("ETag")
-        if etag is not None and request.headers.get("If-None-Match") == etag:
-            return web.Response(status=304, headers=RESPONSES[kind])
-        return web.Response(body=b"m" * 3000, headers=RESPONSES[kind])
-
-    origin.route("/m", handler)
-    url = origin.url("/m")
+    url = route_kind(origin, "/m", kind, b"m" * 3000)
     fast, general = await caches(make_cache, tmp_path)
     assert fast.proxy is not None
     handled = []
@@ -144,9 +149,7 @@ async def test_a_memory_hit_on_the_fast_path_is_the_general_paths(
     finally:
         for _, writer in connections:
             writer.close()
-    fast_log, general_log = await stop_and_read_log(fast), await stop_and_read_log(general)
-    codes = [(line.result, line.status) for line in fast_log]
-    assert codes == [(line.result, line.status) for line in general_log]
+    codes = await logged_alike(fast, general)
     if kind in ("fresh", "heuristic"):
         assert codes == [("TCP_MISS", 200), ("TCP_MEM_HIT", 200)]
         assert (handled, prepared) == ([url], 1)  # the hit was the fast path's
@@ -154,12 +157,11 @@ async def test_a_memory_hit_on_the_fast_path_is_the_general_paths(
         assert prepared == 0  # (validated, on a plan or in full; a variant in full)
 
 
-async def test_with_the_memory_tier_full_a_disk_hit_is_promoted_on_its_second_read(
-    origin: Origin, make_cache: MakeCache, tmp_path: Path
-) -> None:
-    """Objects read from disk into a full memory tier: the first read is answered on the
-    fast path and left on disk (nothing prepared is kept), the second promotes it."""
-    bodies = {f"/o{i}": bytes([i]) * (16 * 1024) for i in range(128)}  # 2 MiB: twice memory
+async def fetched_into_a_small_cache(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path, bodies: dict[str, bytes]
+) -> CacheServer:
+    """A cache with a 1 MiB memory tier (and its access log) that has fetched each of
+    ``bodies`` (path: body, fresh for 600 s) once, and written them all to disk."""
 
     async def handler(request: web.Request) -> web.Response:
         return web.Response(body=bodies[request.path], headers={"Cache-Control": "max-age=600"})
@@ -168,12 +170,26 @@ async def test_with_the_memory_tier_full_a_disk_hit_is_promoted_on_its_second_re
         origin.route(path, handler)
     log = {"access_log": str(tmp_path / "access.log")}
     cache = await make_cache(cache={"dir": str(tmp_path / "c"), "memory_mb": 1}, log=log)
-    assert cache.proxy is not None
     reader, writer = await open_proxy(cache.address[1])
     try:
         for path in bodies:
             assert (await ask(reader, writer, "GET", origin.url(path), ())).status == 200
-        await cache.store.flush()
+    finally:
+        writer.close()
+    await cache.store.flush()
+    return cache
+
+
+async def test_with_the_memory_tier_full_a_disk_hit_is_promoted_on_its_second_read(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    """Objects read from disk into a full memory tier: the first read is answered on the
+    fast path and left on disk (nothing prepared is kept), the second promotes it."""
+    bodies = {f"/o{i}": bytes([i]) * (16 * 1024) for i in range(128)}  # 2 MiB: twice memory
+    cache = await fetched_into_a_small_cache(origin, make_cache, tmp_path, bodies)
+    assert cache.proxy is not None
+    reader, writer = await open_proxy(cache.address[1])
+    try:
         path = next(p for p in bodies if cache.store.memory.peek(origin.url(p)) is None)
         kept = cache.proxy.hot_entries
         for read in range(3):
@@ -198,21 +214,7 @@ async def test_disk_hits_sent_to_a_client_that_reads_slowly_keep_their_bodies(
     pipelined disk hits to a client with a small receive window, read only once all were
     asked for, each come back whole and its own."""
     bodies = {f"/s{i}": payload(16 * 1024, seed=i) for i in range(300)}  # 4.7 MiB: 5 x memory
-
-    async def handler(request: web.Request) -> web.Response:
-        return web.Response(body=bodies[request.path], headers={"Cache-Control": "max-age=600"})
-
-    for path in bodies:
-        origin.route(path, handler)
-    log = {"access_log": str(tmp_path / "access.log")}
-    cache = await make_cache(cache={"dir": str(tmp_path / "c"), "memory_mb": 1}, log=log)
-    reader, writer = await open_proxy(cache.address[1])
-    try:
-        for path in bodies:
-            assert (await ask(reader, writer, "GET", origin.url(path), ())).status == 200
-    finally:
-        writer.close()
-    await cache.store.flush()
+    cache = await fetched_into_a_small_cache(origin, make_cache, tmp_path, bodies)
     on_disk = [p for p in bodies if cache.store.memory.peek(origin.url(p)) is None]
     assert len(on_disk) > 200
     sock = socket.socket()
