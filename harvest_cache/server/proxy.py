@@ -84,7 +84,7 @@ from harvest_cache.server.partials import (
     PartWriter,
     close_bodies,
 )
-from harvest_cache.server.prepared.hits import HotIndex
+from harvest_cache.server.prepared.hits import HotEntry, HotIndex
 from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.routing import Router, request_target
@@ -235,8 +235,7 @@ class Proxy:
     def try_answer(self, conn: ClientConnection, head: ParsedHead, parsed: bool) -> Answered:
         """Answer a plain GET or HEAD (no field that calls for the full policy) at once from
         a prepared hit (a GET also from the memory or disk tier, for origins that need no
-        routing), or
-        start answering it on the fast path: from a revalidation plan or a miss plan
+        routing), or start answering it on the fast path: from a revalidation plan or a miss plan
         (keep-alive HTTP/1.1 GETs), else, for a ``parsed`` head, worked out in full there
         (plain GETs for origins that need no routing). ``NO`` when none applies: the request
         then goes the general way (``handle``)."""
@@ -254,10 +253,7 @@ class Proxy:
             if head_only:
                 conn.write(answer)
             else:
-                if entry.pages is None:
-                    conn.write_response(answer, entry.body)
-                else:
-                    conn.write_sent(answer, entry.body, entry.pages.fd, 0)
+                _write_entry(conn, answer, entry)
                 size += len(entry.body)
             status = entry.obj.head.status
             traffic = self._traffic
@@ -309,12 +305,12 @@ class Proxy:
         not one: the general path then takes the request."""
         memory = self._memory
         found: StoredObject | DiskHit | VaryMarker | None = memory.get(key)
-        promoted = False
+        from_disk = False
         if found is None:
             if not memory.on_disk(key):
                 return False
             found = memory.read_disk(key)
-            promoted = True
+            from_disk = True
         if found is None or isinstance(found, VaryMarker):
             return False  # (a Vary marker, or not to be had without waiting)
         heuristic = self.heuristics.for_url(key)
@@ -328,7 +324,7 @@ class Proxy:
             entry = hot.prepare(key, bodiless, reuse.age, reuse.ttl, now, found.length)
         else:
             # (an object just read from disk is likely read once: no page copy for it yet)
-            entry = hot.add(target, key, found, reuse.age, reuse.ttl, now, copy_pages=not promoted)
+            entry = hot.add(target, key, found, reuse.age, reuse.ttl, now, copy_pages=not from_disk)
         if entry is None:
             return False
         answer = hot.head(entry, now, not keep_alive, version == "1.0")
@@ -336,12 +332,9 @@ class Proxy:
             conn.write_sent(answer, found.view, found.fd, found.offset)
             size = len(answer) + found.length
         else:
-            if entry.pages is None:
-                conn.write_response(answer, entry.body)
-            else:
-                conn.write_sent(answer, entry.body, entry.pages.fd, 0)
+            _write_entry(conn, answer, entry)
             size = len(answer) + len(entry.body)
-        result, code = ("TCP_HIT", b"TCP_HIT") if promoted else ("TCP_MEM_HIT", b"TCP_MEM_HIT")
+        result, code = ("TCP_HIT", b"TCP_HIT") if from_disk else ("TCP_MEM_HIT", b"TCP_MEM_HIT")
         self._traffic.ended("GET", result, found.head.status, size, 0.0, "HIER_NONE", False)
         if self._log.enabled:
             self._log.write(hot.log_line(entry, now, conn.client_bytes, size, False, code))
@@ -1205,6 +1198,14 @@ class Proxy:
             if kept is not None:
                 await kept[0].writer.abort()
             raise
+
+
+def _write_entry(conn: ClientConnection, answer: bytes, entry: HotEntry) -> None:
+    """A prepared hit's head and body: the body from its page copy if it has one."""
+    if entry.pages is None:
+        conn.write_response(answer, entry.body)
+    else:
+        conn.write_sent(answer, entry.body, entry.pages.fd, 0)
 
 
 def _plain(req: Request) -> bool:
