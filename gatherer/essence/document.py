@@ -42,6 +42,8 @@ class Parts:
     attributes: tuple[tuple[str, bytes], ...] = ()
     links: tuple[str, ...] = ()
     noindex: bool = False  # the document asked not to be indexed (HTML robots meta)
+    canonical: str | None = None  # the URL the document names as its own (absolute)
+    fingerprint: int | None = None  # of its text, for near-duplicates (essence.fingerprint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,8 @@ class Summary:
     ``embedded`` holds one tuple of attributes per unnested member, in member order, each
     starting with ``("Member", name)`` and ``("Type", type)``; the record builder renders
     them as ``Embed<n>-<Name>`` attributes or as records of their own.
+    ``canonical`` and ``fingerprint`` are the summarizer's (``Parts``), for the caller's
+    duplicate checks.
     """
 
     type: str
@@ -63,3 +67,5 @@ class Summary:
     attributes: tuple[tuple[str, bytes], ...] = ()
     links: tuple[str, ...] = ()
     embedded: tuple[tuple[tuple[str, bytes], ...], ...] = field(default=())
+    canonical: str | None = None
+    fingerprint: int | None = None

@@ -75,7 +75,13 @@ def _summarize_as(
     parts = summarizer(document, options)
     if parts.noindex:
         return Summary(kind, selected=False, links=parts.links)
-    return Summary(kind, attributes=parts.attributes, links=parts.links)
+    return Summary(
+        kind,
+        attributes=parts.attributes,
+        links=parts.links,
+        canonical=parts.canonical,
+        fingerprint=parts.fingerprint,
+    )
 
 
 def _summarize_nested(

@@ -59,6 +59,7 @@ def test_a_realistic_page_gives_every_attribute() -> None:
         "Author": b"C. Mic Bowman",
         "Description": b"How to configure the Harvest Gatherer.",
         "Keywords": b"harvest\ngatherer\nbroker",
+        "Language": b"en",
         "Headings": b"The Harvest Gatherer\nConfiguring",
         "URL-References": b"http://www.example.org/docs/guide/chapter2.html\n"
         b"http://www.example.org/docs/broker.html\n"

@@ -1,7 +1,11 @@
-"""The HTML summarizer: title, headings, meta tags, visible text and outgoing links.
+"""The HTML summarizer: what the page says about itself, its main content, and its links.
 
 One lexbor parse per page; everything is read with CSS selectors and lexbor's own text
-extraction, so the Python work per page stays small.
+extraction, so the Python work per page stays small. The page's statements (``<meta>``,
+OpenGraph, JSON-LD, microdata) are read by ``metadata``, its main content (without navigation,
+sidebars, footers and banners) is found by ``content``; Keywords are extracted from the main
+text (``keywords``) only when the page declares none, and its language is detected
+(``language``) only when it declares none.
 
 Links come from ``a``, ``area``, ``frame``, ``iframe``, ``meta http-equiv=refresh`` and those
 ``link`` elements that point at other documents: no ``rel``, or a ``rel`` of alternate, next,
@@ -15,22 +19,18 @@ skipped. A robots meta of ``nofollow`` (or ``none``) drops links and ``URL-Refer
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from itertools import accumulate
 from urllib.parse import urljoin, urlsplit
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from gatherer.essence.document import Document, Parts
+from gatherer.essence.fingerprint import fingerprint
 from gatherer.essence.options import EssenceOptions
-from gatherer.essence.summarizers.text_tools import (
-    abstract,
-    attributes,
-    chunks,
-    collapse,
-    decode,
-    utf8_prefix,
-)
+from gatherer.essence.summarizers import content, metadata
+from gatherer.essence.summarizers.keywords import extract as extract_keywords
+from gatherer.essence.summarizers.language import detect as detect_language
+from gatherer.essence.summarizers.text_tools import attributes, collapse, decode, utf8_prefix
 
 # The HTML standard looks for a charset declaration in the first 1024 bytes only.
 _PRESCAN_BYTES = 1024
@@ -40,6 +40,9 @@ _TITLE = "title:not(svg title, math title)"  # SVG has <title> elements of its o
 _HEADINGS = "h1, h2, h3, h4, h5, h6"
 _LINKING = "a[href], area[href], link[href], frame[src], iframe[src], meta[http-equiv][content]"
 _INVISIBLE = ["script", "style", "noscript", "template"]
+# Keywords extracted from a page's text (a page's own are all kept): a handful say what it is
+# about; more are mostly fragments of its sentences.
+_EXTRACTED_KEYWORDS = 10
 
 _FOLLOWED_RELS = frozenset(
     {"alternate", "next", "prev", "previous", "index", "contents", "start", "first", "last", "up"}
@@ -68,39 +71,46 @@ _UNREAD_TAG = re.compile(
 
 def summarize(document: Document, options: EssenceOptions) -> Parts:
     """Summarize an HTML page: ``Title``, ``Author``, ``Description``, ``Keywords``,
-    ``Headings``, ``URL-References``, ``Abstract`` and, with ``full_text``, ``Full-Text``."""
+    ``Language``, ``Date-Published``, ``Date-Modified``, ``Headings`` (the main content's),
+    ``URL-References``, ``Abstract`` (the main content's opening) and, with ``full_text``,
+    ``Full-Text`` (the main content's text); with the canonical URL and the fingerprint of
+    the main content for the caller's duplicate checks."""
     data = document.content
     text = decode(data, document.charset, _declared_charset(data[:_PRESCAN_BYTES]))
     tree = LexborHTMLParser(_shallow(text))
-    meta = _Meta.read(tree)
-    links = () if meta.nofollow else _links(tree, document.url)  # noscript links count too
+    meta = metadata.read(tree)  # before scripts go: JSON-LD is a script
+    resolver = _resolver(tree, document.url)
+    links = () if meta.nofollow else _links(tree, resolver)  # noscript links count too
     title_node = tree.css_first(_TITLE)
     title = collapse(title_node.text()) if title_node is not None else ""
     tree.strip_tags(_INVISIBLE, recursive=True)
-    headings = [collapse(node.text(separator=" ")) for node in tree.css(_HEADINGS)]
+    main = content.main_node(tree)
     # A separator between text nodes never glues two words together; the price is a space
     # before punctuation that follows markup ("see <a>this</a>, then" -> "this , then").
-    body = tree.body
-    visible = body.text(separator=" ") if body is not None else ""
-    full_text = collapse(visible) if options.full_text else ""
-    summary = (
-        utf8_prefix(full_text, options.abstract_bytes)
-        if options.full_text
-        else abstract(chunks(visible), options.abstract_bytes)
+    main_text = collapse(main.text(separator=" ")) if main is not None else ""
+    headings = content.headings(main) if main is not None else []
+    language = meta.languages[0] if meta.languages else detect_language(main_text)
+    found = meta.keywords or extract_keywords(
+        main_text, language, min(options.max_keywords, _EXTRACTED_KEYWORDS)
     )
     return Parts(
         attributes=attributes(
-            ("Title", title),
-            ("Author", "\n".join(meta.author)),
-            ("Description", "\n".join(meta.description)),
-            ("Keywords", "\n".join(dict.fromkeys(meta.keywords))),
-            ("Headings", "\n".join(heading for heading in headings if heading)),
+            ("Title", title or _first(meta.titles) or _first(headings)),
+            ("Author", "\n".join(meta.authors)),
+            ("Description", _first(meta.descriptions)),
+            ("Keywords", "\n".join(found)),
+            ("Language", language),
+            ("Date-Published", _first(meta.published)),
+            ("Date-Modified", _first(meta.modified)),
+            ("Headings", "\n".join(headings)),
             ("URL-References", "\n".join(links)),
-            ("Abstract", summary),
-            ("Full-Text", full_text),
+            ("Abstract", utf8_prefix(main_text, options.abstract_bytes)),
+            ("Full-Text", main_text if options.full_text else ""),
         ),
         links=links,
         noindex=meta.noindex,
+        canonical=resolver.resolve(meta.canonical) if meta.canonical else None,
+        fingerprint=fingerprint(main_text),
     )
 
 
@@ -127,40 +137,19 @@ def _shallow(text: str) -> str:
     return _UNREAD_TAG.sub(" ", text)
 
 
-@dataclass(slots=True)
-class _Meta:
-    """What a page's ``<meta name=...>`` elements say."""
-
-    description: list[str] = field(default_factory=list)
-    keywords: list[str] = field(default_factory=list)
-    author: list[str] = field(default_factory=list)
-    noindex: bool = False
-    nofollow: bool = False
-
-    @classmethod
-    def read(cls, tree: LexborHTMLParser) -> _Meta:
-        meta = cls()
-        for node in tree.css("meta[name][content]"):
-            name = node.attrs.sget("name").strip().lower()
-            content = node.attrs.sget("content")
-            if name == "description":
-                meta.description.append(collapse(content))
-            elif name == "keywords":
-                meta.keywords.extend(filter(None, (collapse(k) for k in content.split(","))))
-            elif name == "author":
-                meta.author.append(collapse(content))
-            elif name == "robots":
-                directives = set(content.lower().replace(",", " ").split())
-                meta.noindex |= bool(directives & {"noindex", "none"})
-                meta.nofollow |= bool(directives & {"nofollow", "none"})
-        return meta
+def _first(values: list[str]) -> str:
+    return values[0] if values else ""
 
 
-def _links(tree: LexborHTMLParser, url: str) -> tuple[str, ...]:
-    """The page's outgoing links: absolute, without fragments, in order, without repeats."""
+def _resolver(tree: LexborHTMLParser, url: str) -> _Resolver:
+    """Resolves the page's references: against ``<base href>``, else the page's URL."""
     base_node = tree.css_first("base[href]")
     base = (_Resolver(url).resolve(base_node.attrs.sget("href")) if base_node else None) or url
-    resolver = _Resolver(base)
+    return _Resolver(base)
+
+
+def _links(tree: LexborHTMLParser, resolver: _Resolver) -> tuple[str, ...]:
+    """The page's outgoing links: absolute, without fragments, in order, without repeats."""
     resolved: dict[str, str | None] = {}  # each distinct reference is resolved once
     for node in tree.css(_LINKING):
         reference = _reference(node)
