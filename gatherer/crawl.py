@@ -5,6 +5,8 @@ The frontier decides what may run when; this driver only awaits. Per job: robots
 record still fresh is re-enumerated from its stored links without a fetch; otherwise a
 conditional fetch (through the configured cache), an unchanged result (304, same file time or
 same MD5) refreshes the record, a changed one is summarized and stored, and 404/410 deletes it.
+A document that is another's copy (it names another canonical URL that the enumeration takes,
+or its text is a near-duplicate of a stored one's) is not stored (gatherer.duplicates).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from urllib.parse import unquote, urlsplit
 
 from gatherer.archive import WarcArchive
 from gatherer.database import GathererDatabase, Stored
+from gatherer.duplicates import NearDuplicates, canonical_target
 from gatherer.errors import FetchError, SummarizeError
 from gatherer.essence.document import Document, Summary
 from gatherer.essence.options import EssenceOptions
 from gatherer.essence.pool import SummarizerPool
 from gatherer.fetch.dispatch import Fetchers
 from gatherer.fetch.result import Fetched, Validators
-from gatherer.frontier import Frontier, Job, Scope
+from gatherer.frontier import Admission, Frontier, Job, Scope
 from gatherer.metrics import RunStats
 from gatherer.records import Identity, Lifetimes, build, member_urls, references
 from gatherer.robots import Robots, RobotsCache, decide
@@ -94,6 +97,7 @@ class Crawl:
             max_connections=settings.max_connections,
         )
         self._robots = RobotsCache()
+        self._duplicates = NearDuplicates()
         self._robots_inflight: dict[str, asyncio.Future[Robots]] = {}
         self._addresses: dict[str, str | None] = {}
         self._wake = asyncio.Event()
@@ -110,6 +114,7 @@ class Crawl:
         """Gather from ``roots``; then fetch each URL of ``recheck`` the crawl did not reach
         (known records due for refresh), so that removed documents are found and deleted."""
         self.stats.started = self._monotonic()
+        self._duplicates = NearDuplicates(await self._db.fingerprints())
         for root in roots:
             await self._add_root(root)
         await self._drive()
@@ -178,7 +183,7 @@ class Crawl:
             finally:
                 # Politeness counts from the end of the contact; summarizing is not a contact.
                 self._frontier.finish(job, self._monotonic())
-            links = await self._settle(outcome)
+            links = await self._settle(outcome, job)
             # The document is stored: another may be fetched while names are looked up.
             holding = False
             self._in_hand -= 1
@@ -247,7 +252,7 @@ class Crawl:
             await self._archive.record(fetched)
         return fetched
 
-    async def _settle(self, outcome: Fetched | Stored | None) -> tuple[str, ...]:
+    async def _settle(self, outcome: Fetched | Stored | None, job: Job) -> tuple[str, ...]:
         """Summarize and store a fetched document; the links to offer."""
         if outcome is None:
             return ()
@@ -271,8 +276,38 @@ class Crawl:
             await self._db.fail(fetched.url, error.reason, now=self._clock())
             return fetched.links
         self.stats.summarized += 1
-        await self._store(fetched, summary, md5, stored)
+        original = await self._original(fetched.url, summary, job)
+        if original is None:
+            await self._store(fetched, summary, md5, stored)
+        else:
+            self.stats.duplicates += 1
+            log.info("%s: not stored: a copy of %s", fetched.url, original)
+            if stored is not None:  # it was stored before it became a copy
+                await self._delete(self._records_of(stored), self._clock())
         return (*fetched.links, *summary.links)
+
+    async def _original(self, url: str, summary: Summary, job: Job) -> str | None:
+        """The URL ``summary``'s document is gathered under instead of ``url``, if it is a
+        copy: the canonical URL it names, when the enumeration takes it (now, or it did
+        already), or a stored near-duplicate. Claims the fingerprint for ``url`` otherwise,
+        before anything is awaited, so that of two copies summarized at once one is kept."""
+        if not summary.selected:
+            self._duplicates.remove(url)
+            return None
+        canonical = canonical_target(url, summary.canonical)
+        if canonical is not None:
+            admission = self._frontier.offer(canonical, parent=job, ip=await self._ip(canonical))
+            self.stats.admissions[admission.reason] += 1
+            if admission in (Admission.ACCEPTED, Admission.DUPLICATE):
+                self._duplicates.remove(url)
+                return canonical
+        if summary.fingerprint is not None:
+            near = self._duplicates.find(url, summary.fingerprint)
+            if near is not None:
+                self._duplicates.remove(url)
+                return near
+        self._duplicates.put(url, summary.fingerprint)
+        return None
 
     async def _store(
         self, fetched: Fetched, summary: Summary, md5: str, stored: Stored | None
@@ -302,6 +337,7 @@ class Crawl:
                 now=now,
                 time_to_live=lifetimes.time_to_live,
                 refresh_rate=lifetimes.refresh_rate,
+                fingerprint=summary.fingerprint if record.url == fetched.url else None,
             )
             self.stats.stored += 1
         if stored is not None:
@@ -332,6 +368,7 @@ class Crawl:
 
     async def _delete(self, urls: Iterable[str], now: float) -> None:
         for url in urls:
+            self._duplicates.remove(url)
             if await self._db.delete(url, now=now):
                 self.stats.deleted += 1
 

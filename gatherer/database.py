@@ -43,6 +43,7 @@ TIME_TO_LIVE = "Time-to-Live"
 REFRESH_RATE = "Refresh-Rate"
 
 DAY = 86_400.0
+_UNSIGNED = (1 << 64) - 1
 _US = 1_000_000
 
 P = ParamSpec("P")
@@ -301,14 +302,15 @@ class _Writer:
         now: float,
         time_to_live: float,
         refresh_rate: float,
+        fingerprint: int | None,
     ) -> int:
         with self._transaction() as conn:
             us = self._tick(now)
             soif = encode(_timed(record, us, time_to_live, refresh_rate))
             conn.execute(
                 "INSERT OR REPLACE INTO records (url, soif, md5, etag, last_modified,"
-                " content_us, update_us, time_to_live, expires, refresh_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " content_us, update_us, time_to_live, expires, refresh_at, fingerprint)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.url,
                     soif,
@@ -320,6 +322,7 @@ class _Writer:
                     time_to_live,
                     now + time_to_live,
                     now + refresh_rate,
+                    None if fingerprint is None else _signed(fingerprint),
                 ),
             )
             conn.execute("DELETE FROM tombstones WHERE url = ?", (record.url,))
@@ -467,6 +470,12 @@ class _Writer:
         ).fetchall()
         return [url for (url,) in rows]
 
+    def fingerprints(self) -> list[tuple[str, int]]:
+        rows = self._conn.execute(
+            "SELECT url, fingerprint FROM records WHERE fingerprint IS NOT NULL"
+        )
+        return [(url, value & _UNSIGNED) for url, value in rows]
+
     def urls(self, table: str) -> set[str]:
         return {url for (url,) in self._conn.execute(f"SELECT url FROM {table}")}
 
@@ -485,6 +494,11 @@ class _Writer:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _signed(value: int) -> int:
+    """A 64-bit unsigned value as SQLite's signed INTEGER holds it (``& _UNSIGNED`` undoes)."""
+    return value - (1 << 64) if value >> 63 else value
 
 
 def _timed(record: Record, us: int, time_to_live: float, refresh_rate: float) -> Record:
@@ -574,13 +588,27 @@ class GathererDatabase:
         now: float,
         time_to_live: float,
         refresh_rate: float,
+        fingerprint: int | None = None,
     ) -> float:
         """Insert or replace ``record`` (keyed by its URL) as new content; clears any
-        tombstone for it. Returns its update time (also its content time)."""
+        tombstone for it. ``fingerprint`` is its text's, for near-duplicate checks (None:
+        it has none). Returns its update time (also its content time)."""
         us = await self._call(
-            self._writer.put, record, md5, etag, last_modified, now, time_to_live, refresh_rate
+            self._writer.put,
+            record,
+            md5,
+            etag,
+            last_modified,
+            now,
+            time_to_live,
+            refresh_rate,
+            fingerprint,
         )
         return us / _US
+
+    async def fingerprints(self) -> list[tuple[str, int]]:
+        """The (url, fingerprint) of every record that has a fingerprint."""
+        return await self._call(self._writer.fingerprints)
 
     async def refresh(
         self,

@@ -16,7 +16,9 @@ class RunStats:
 
     fetched: documents whose bytes arrived; not_modified: the source said unchanged (304 or
     same file time); unchanged: same MD5 as stored; fresh: not due for refresh, not fetched;
-    summarized / stored / deleted: records made, written, removed; robots_denied: URLs
+    summarized / stored / deleted: records made, written, removed; duplicates: documents not
+    stored because they are another's copy (a canonical URL elsewhere, or a near-duplicate of a
+    stored text); robots_denied: URLs
     robots.txt refused; fetch_errors / summarize_errors: failures by kind; admissions: the
     frontier's answers to offered links by reason; bytes: content bytes fetched.
     """
@@ -30,6 +32,7 @@ class RunStats:
     summarized: int = 0
     stored: int = 0
     deleted: int = 0
+    duplicates: int = 0
     robots_denied: int = 0
     bytes: int = 0
     queued: int = 0
@@ -67,7 +70,8 @@ class RunStats:
             f"fetched {self.fetched} ({self.bytes} bytes), not modified {self.not_modified},"
             f" unchanged {self.unchanged}, fresh {self.fresh}",
             f"summarized {self.summarized}, stored {self.stored}, deleted {self.deleted},"
-            f" robots denied {self.robots_denied}, hosts {self.hosts}",
+            f" duplicates {self.duplicates}, robots denied {self.robots_denied},"
+            f" hosts {self.hosts}",
         ]
         if self.fetch_errors:
             out.append("fetch errors: " + _counts(self.fetch_errors))

@@ -8,7 +8,8 @@ received" compares the very value it was sent. Scheduling times (``expires``,
 ::
 
     records     url → encoded SOIF (always stamped with its current Update-Time,
-                Time-to-Live and Refresh-Rate), validators, times, failures
+                Time-to-Live and Refresh-Rate), validators, times, failures, the text's
+                near-duplicate fingerprint (a SimHash, stored as a signed 64-bit integer)
     manual      url → a hand-written SOIF record, merged over the generated one on export
     tombstones  url → when it was deleted (kept for incremental exports)
     meta        'clock' (the last update time assigned), 'horizon' (the newest tombstone
@@ -23,7 +24,7 @@ from pathlib import Path
 from gatherer.errors import DatabaseError
 from harvest_common import sqlite
 
-VERSION = 1
+VERSION = 2
 
 _TABLES = """
 CREATE TABLE records (
@@ -39,7 +40,8 @@ CREATE TABLE records (
     refresh_at    REAL NOT NULL,
     failures      INTEGER NOT NULL DEFAULT 0,
     failed_at     REAL,
-    last_error    TEXT
+    last_error    TEXT,
+    fingerprint   INTEGER
 );
 CREATE INDEX records_refresh_at ON records (refresh_at);
 CREATE INDEX records_expires ON records (expires);
@@ -58,6 +60,8 @@ CREATE TABLE meta (
 );
 INSERT INTO meta VALUES ('clock', 0), ('horizon', 0);
 """
+# What takes a file of version n to n + 1.
+_UPGRADES = {1: ["ALTER TABLE records ADD COLUMN fingerprint INTEGER"]}
 
 
 def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
@@ -75,7 +79,7 @@ def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
     conn = sqlite.connect(path)
     try:
         statements = [s for s in _TABLES.split(";") if s.strip()]
-        sqlite.migrate(conn, statements, VERSION, _unreadable)
+        sqlite.migrate(conn, statements, VERSION, _unreadable, _UPGRADES)
     except BaseException:
         conn.close()
         raise

@@ -281,3 +281,53 @@ async def test_sqlite_errors_become_database_errors(tmp_path: Path) -> None:
             await db.delete("http://a.example/", now=2.0)
         assert isinstance(caught.value.__cause__, sqlite3.Error)
         assert await db.urls() == {"http://a.example/"}  # the delete was rolled back
+
+
+async def test_fingerprints_are_kept_as_unsigned_64_bit_values(db: GathererDatabase) -> None:
+    high = (1 << 64) - 5  # above SQLite's signed range: stored as a negative integer
+    for url, value in (("http://a.example/", high), ("http://b.example/", 7)):
+        await db.put(
+            record(url),
+            md5=None,
+            etag=None,
+            last_modified=None,
+            now=1.0,
+            time_to_live=TTL,
+            refresh_rate=RATE,
+            fingerprint=value,
+        )
+    await put(db, "http://c.example/", now=2.0)  # no fingerprint
+
+    assert sorted(await db.fingerprints()) == [
+        ("http://a.example/", high),
+        ("http://b.example/", 7),
+    ]
+
+
+async def test_a_version_1_database_is_upgraded_with_its_records(tmp_path: Path) -> None:
+    path = tmp_path / "g.db"
+    async with await GathererDatabase.open(path) as db:
+        await put(db, "http://a.example/", now=1000.0)
+    # Version 1 had no fingerprint column: make the file what version 1 wrote.
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE records DROP COLUMN fingerprint")
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+    async with await GathererDatabase.open(path) as db:
+        assert (await stored(db, "http://a.example/")).record.get("Title") == b"T"
+        assert await db.fingerprints() == []
+        await db.put(
+            record("http://b.example/"),
+            md5=None,
+            etag=None,
+            last_modified=None,
+            now=1001.0,
+            time_to_live=TTL,
+            refresh_rate=RATE,
+            fingerprint=42,
+        )
+        assert await db.fingerprints() == [("http://b.example/", 42)]
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    conn.close()

@@ -408,3 +408,81 @@ def test_a_ten_megabyte_page_is_summarized() -> None:
         "http://www.example.org/item/0.html",
         "http://www.example.org/item/1.html",
     )
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "{not json",
+        "[" * 100_000 + "]" * 100_000,  # nested past the parser's stack
+        '{"@type": "Article", "description": "' + "x" * 300_000 + '"}',  # too large to read
+        '"just a string"',
+        '{"@type": ["Article", 7], "author": [[["Deep"]]], "description": {"name": 5}}',
+    ],
+)
+def test_json_ld_that_cannot_be_read_is_skipped(script: str) -> None:
+    page = (
+        '<html lang="en"><head><title>T</title>'
+        f'<script type="application/ld+json">{script}</script>'
+        '<script type="application/ld+json">{"@type": "Article", "author": "Kept"}</script>'
+        "</head><body><p>Text.</p></body></html>"
+    )
+    found = attrs(summarize(page))
+    assert found["Author"] == b"Kept"
+    assert "Description" not in found
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("2026-03-01", "2026-03-01"),
+        ("2026-03-01T09:30:00+01:00", "2026-03-01T08:30:00Z"),
+        ("2026-03-01T09:30:00.123Z", "2026-03-01T09:30:00Z"),
+        ("2026-03-01T09:30", "2026-03-01T09:30:00"),  # no zone: kept as written
+        ("March 1st, 2026", None),
+        ("2026-13-45", None),
+        ("", None),
+    ],
+)
+def test_dates_are_read_as_iso_8601(written: str, read: str | None) -> None:
+    page = (
+        f'<html><head><meta property="article:published_time" content="{written}"></head>'
+        "<body><p>Text.</p></body></html>"
+    )
+    assert attrs(summarize(page)).get("Date-Published") == (read.encode() if read else None)
+
+
+def test_an_article_teaser_in_a_sidebar_is_not_the_content() -> None:
+    story = " ".join(["The story of the gatherer told at length in its own words."] * 12)
+    page = (
+        "<html><body><div class='column'><div class='widget'><article><h3>Teaser</h3>"
+        "<p>A short teaser for another story.</p></article></div></div>"
+        f"<div class='story'><h1>The story</h1><p>{story}</p><p>{story}</p></div></body></html>"
+    )
+    found = attrs(summarize(page))
+    assert found["Headings"] == b"The story"
+    assert found["Abstract"].startswith(b"The story The story of the gatherer")
+
+
+def test_a_wrapper_named_like_frame_that_holds_the_page_is_kept() -> None:
+    story = " ".join(["Brokers answer queries over the summaries they collected."] * 12)
+    page = (
+        "<html><body><div class='page with-sidebar'><h1>Brokers</h1>"
+        f"<p>{story}</p><div class='sidebar'><h3>Elsewhere</h3></div></div></body></html>"
+    )
+    found = attrs(summarize(page))
+    assert found["Headings"] == b"Brokers"
+    assert found["Abstract"].startswith(b"Brokers Brokers answer queries")
+
+
+def test_a_short_text_gets_no_detected_language() -> None:
+    assert "Language" not in attrs(summarize("<html><body><p>Bonjour.</p></body></html>"))
+
+
+def test_full_text_is_the_main_content_without_the_frame() -> None:
+    page = (
+        "<html><body><nav>Home | About</nav><main><h1>Gatherers</h1><p>They summarize.</p>"
+        "</main><footer>Copyright</footer></body></html>"
+    )
+    found = attrs(summarize(page, full_text=True))
+    assert found["Full-Text"] == b"Gatherers They summarize."
