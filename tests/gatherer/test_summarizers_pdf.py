@@ -158,3 +158,46 @@ def test_broken_files_raise_summarize_error(data: bytes, reason: str) -> None:
         summarize(data)
     assert raised.value.url == URL
     assert raised.value.reason == reason
+
+
+def test_outline_dates_and_language_are_read() -> None:
+    from pypdf.generic import NameObject, TextStringObject
+
+    writer = PdfWriter()
+    for _ in range(3):
+        writer.add_blank_page(width=612, height=792)
+    writer.add_metadata(
+        {
+            "/Title": "Harvest",
+            "/CreationDate": "D:20250102030405+01'00'",
+            "/ModDate": "D:20261130120000Z",
+        }
+    )
+    writer._root_object[NameObject("/Lang")] = TextStringObject("en-US")
+    intro = writer.add_outline_item(title="Introduction", page_number=0)
+    writer.add_outline_item(title="Motivation", page_number=0, parent=intro)
+    writer.add_outline_item(title="Related work", page_number=1, parent=intro)
+    writer.add_outline_item(title="Design", page_number=1)
+    writer.add_outline_item(title="Evaluation", page_number=2)
+    out = io.BytesIO()
+    writer.write(out)
+
+    found = summarize(out.getvalue())
+    assert found["Headings"] == b"Introduction\nMotivation\nRelated work\nDesign\nEvaluation"
+    assert found["Date-Published"] == b"2025-01-02T02:04:05Z"
+    assert found["Date-Modified"] == b"2026-11-30T12:00:00Z"
+    assert found["Language"] == b"en-US"
+
+
+def test_a_garbled_date_is_left_out() -> None:
+    found = summarize(blank_pdf(metadata={"/Title": "T", "/CreationDate": "D:yesterday"}))
+    assert found["Title"] == b"T"
+    assert "Date-Published" not in found
+
+
+def test_keywords_and_language_come_from_the_text_when_the_file_declares_none() -> None:
+    line = "Replicated brokers converge by flooding updates and repairing with anti-entropy"
+    found = summarize(text_pdf(*([line] * 4)))
+    keywords = found["Keywords"].split(b"\n")
+    assert b"anti-entropy" in keywords or b"Replicated brokers" in keywords
+    assert found["Language"] == b"en"

@@ -165,7 +165,8 @@ def test_text_summary(kind: str, full_text: bool, has_full_text: bool) -> None:
     found = summarize(kind, README, abstract_bytes=100, max_keywords=4, full_text=full_text)
     expected = {
         "Title": b"Harvest Gatherer Release 1.0",
-        "Keywords": b"gatherer\nsummaries\narchive\nbroker",  # ties: alphabetical
+        "Keywords": b"Gatherer Release\nHarvest Gatherer\nEssence summarizer\nSOIF records",
+        "Language": b"en",
         "Partial-Text": b"Harvest   Gatherer   Release 1.0\n\n"
         b"The Gatherer collects indexing information from documents on",
     }

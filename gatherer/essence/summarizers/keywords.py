@@ -25,19 +25,24 @@ _STOPWORD_LANGUAGES = frozenset(
 _YAKE_NAMES = {"cs": "cz"}
 # Phrases of one or two words; longer ones are rarely what a searcher types.
 _NGRAMS = 2
+_TRAILING = ".,;:!?\"'()[]"
+# A shorter text has too few words to tell the telling ones from the rest.
+MIN_CHARS = 200
 # About the first 400 words: extraction costs about 0.7 ms for each 1,000 characters.
 SCAN_CHARS = 2500
 
 
 def extract(text: str, language: str, count: int) -> list[str]:
     """Up to ``count`` keywords of ``text``, the most telling first, without repeats (case
-    ignored). ``language`` is a BCP 47 tag or empty."""
-    if count <= 0 or not text.strip():
+    ignored); none for a text under ``MIN_CHARS``. ``language`` is a BCP 47 tag or empty."""
+    if count <= 0 or len(text.strip()) < MIN_CHARS:
         return []
     found = _extractor(_stopword_language(language)).get_n_best(text[:SCAN_CHARS], n=count)
     keywords: dict[str, str] = {}
     for phrase, _score in found:
-        keywords.setdefault(phrase.casefold(), phrase)
+        phrase = phrase.strip(_TRAILING)  # YAKE keeps a sentence's full stop on its last word
+        if phrase:
+            keywords.setdefault(phrase.casefold(), phrase)
     return list(keywords.values())
 
 

@@ -68,7 +68,7 @@ def read(tree: LexborHTMLParser) -> PageMeta:
     meta = PageMeta()
     html = tree.css_first("html")
     if html is not None:
-        _add(meta.languages, _language(html.attrs.sget("lang")))
+        _add(meta.languages, language_tag(html.attrs.sget("lang")))
     _read_meta(tree, meta)
     for document in _json_ld_documents(tree):
         _read_json_ld(document, meta)
@@ -117,7 +117,8 @@ def _add_person(values: list[str], text: str) -> None:
         _add(values, text)
 
 
-def _language(text: str) -> str:
+def language_tag(text: str) -> str:
+    """``text`` as a BCP 47 language tag (``en-GB``), or empty when it is not one."""
     found = _LANGUAGE.fullmatch(text.strip())
     return found.group(0).replace("_", "-") if found else ""
 
@@ -129,7 +130,7 @@ def _read_meta(tree: LexborHTMLParser, meta: PageMeta) -> None:
         content = attrs.sget("content")
         if not name:
             if attrs.sget("http-equiv").strip().lower() == "content-language":
-                _add(meta.languages, _language(content.split(",")[0]))
+                _add(meta.languages, language_tag(content.split(",")[0]))
             continue
         if name in ("description", "dc.description", "dcterms.description"):
             _add(meta.descriptions, content)
@@ -144,7 +145,7 @@ def _read_meta(tree: LexborHTMLParser, meta: PageMeta) -> None:
         elif name in ("dc.title", "dcterms.title"):
             _add(meta.titles, content)
         elif name in ("language", "dc.language", "dcterms.language"):
-            _add(meta.languages, _language(content))
+            _add(meta.languages, language_tag(content))
         elif name in ("robots", "googlebot"):
             directives = set(content.lower().replace(",", " ").split())
             meta.noindex |= bool(directives & {"noindex", "none"})
@@ -170,7 +171,7 @@ def _read_open_graph(tree: LexborHTMLParser, meta: PageMeta) -> None:
         elif prop in ("article:modified_time", "og:updated_time"):
             _add_date(meta.modified, content)
         elif prop == "og:locale":
-            _add(meta.languages, _language(content))
+            _add(meta.languages, language_tag(content))
 
 
 def _json_ld_documents(tree: LexborHTMLParser) -> Iterator[dict[str, Any]]:
@@ -233,7 +234,7 @@ def _read_json_ld(document: dict[str, Any], meta: PageMeta) -> None:
     for text in _strings(document.get("dateModified")):
         _add_date(meta.modified, text)
     for text in _strings(document.get("inLanguage")):
-        _add(meta.languages, _language(text))
+        _add(meta.languages, language_tag(text))
 
 
 def _read_microdata(tree: LexborHTMLParser, meta: PageMeta) -> None:
@@ -252,7 +253,7 @@ def _read_microdata(tree: LexborHTMLParser, meta: PageMeta) -> None:
             elif prop == "dateModified":
                 _add_date(meta.modified, _item_value(node))
             elif prop == "inLanguage":
-                _add(meta.languages, _language(_item_value(node)))
+                _add(meta.languages, language_tag(_item_value(node)))
 
 
 def _item_value(node: LexborNode) -> str:
