@@ -24,6 +24,7 @@ WINDOWS = 24
 WINDOW_CHARS = 1000
 _SHINGLE = 3
 _MASK = (1 << BITS) - 1
+_SEED = 0x9E3779B9  # a second CRC-32 from another start value: the upper 32 bits
 _WORD = re.compile(r"\w+")
 
 
@@ -40,10 +41,14 @@ def fingerprint(text: str) -> int | None:
     # A shingle's hash mixes its words' hashes at different rotations, so order matters;
     # each distinct word is hashed and rotated once.
     rotations: dict[str, tuple[int, int, int]] = {}
-    for word in words:
-        if word not in rotations:
-            value = _word_hash(word)
-            rotations[word] = (value, _rotate(value, 21), _rotate(value, 42))
+    for word in set(words):
+        data = word.encode("utf-8", "replace")
+        value = crc32(data) | crc32(data, _SEED) << 32
+        rotations[word] = (
+            value,
+            ((value << 21) | (value >> 43)) & _MASK,
+            ((value << 42) | (value >> 22)) & _MASK,
+        )
     first = [rotations[word][0] for word in words]
     second = [rotations[word][1] for word in words[1:]]
     third = [rotations[word][2] for word in words[2:]]
@@ -62,15 +67,6 @@ def bands(value: int) -> tuple[int, ...]:
     width = BITS // (NEAR + 1)
     mask = (1 << width) - 1
     return tuple((value >> (band * width)) & mask for band in range(NEAR + 1))
-
-
-def _word_hash(word: str) -> int:
-    data = word.encode("utf-8", "replace")
-    return crc32(data) | crc32(data, 0x9E3779B9) << 32
-
-
-def _rotate(value: int, bits: int) -> int:
-    return ((value << bits) | (value >> (BITS - bits))) & _MASK
 
 
 def _majority(hashes: list[int]) -> int:

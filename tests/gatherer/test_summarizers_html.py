@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from urllib.parse import urljoin
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gatherer.essence.document import Document, Parts
 from gatherer.essence.options import EssenceOptions
@@ -237,6 +241,28 @@ def test_links(markup: str, expected: tuple[str, ...]) -> None:
 )
 def test_base_href(markup: str, expected: tuple[str, ...]) -> None:
     assert summarize(markup).links == expected
+
+
+_SEGMENTS = ("..", ".", "a", "b.html", "?q", "x:y", "%2e%2e", "...", "..a")
+
+
+@given(
+    st.sampled_from(
+        (
+            "http://h.example/x/library/asyncio.html",
+            "http://h.example/",
+            "http://h.example",
+            "https://h.example:8443/a/b/c/d.html",
+            "http://h.example/a/b/?q=1",
+            "http://h.example//odd/path.html",
+        )
+    ),
+    st.lists(st.sampled_from(_SEGMENTS), min_size=1, max_size=6),
+)
+def test_parent_references_resolve_as_urljoin_does(base: str, segments: list[str]) -> None:
+    reference = "../" + "/".join(segments)
+    parts = summarize(f'<a href="{reference}">', url=base)
+    assert parts.links == (urljoin(base, reference),)
 
 
 def test_links_of_a_page_with_a_non_http_url_are_resolved_with_urljoin() -> None:

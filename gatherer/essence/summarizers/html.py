@@ -58,6 +58,7 @@ _REFRESH_DELAY = re.compile(r"\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?", re.IGNORECAS
 # deep costs O(N²) time (100,000 unclosed <div>s take ~25 s). A page that may nest deeper
 # than this is parsed with only the tags the summary reads, which cannot nest deeply.
 _MAX_DEPTH = 2048
+_TAG = re.compile(r"<(/?)[a-z]", re.IGNORECASE)
 _START_OR_END_TAG = re.compile(
     r"<(/?)(?!(?:area|base|br|col|embed|hr|img|input|link|meta|source|track|wbr)[\s/>])[a-z]",
     re.IGNORECASE,
@@ -130,10 +131,12 @@ def _shallow(text: str) -> str:
     every tag the summary does not read turned into a space."""
     if text.count("<") <= _MAX_DEPTH:  # too few tags to nest that deep
         return text
-    # An upper bound on nesting, as though nothing but end tags closed an element.
-    steps = (-1 if end else 1 for end in _START_OR_END_TAG.findall(text))
-    if max(accumulate(steps), default=0) <= _MAX_DEPTH:
-        return text
+    # Upper bounds on nesting, as though nothing but end tags closed an element: a quick one
+    # counting void elements as opened (they rarely add up to much), then the exact one.
+    for tags in (_TAG, _START_OR_END_TAG):
+        steps = (-1 if end else 1 for end in tags.findall(text))
+        if max(accumulate(steps), default=0) <= _MAX_DEPTH:
+            return text
     return _UNREAD_TAG.sub(" ", text)
 
 
@@ -187,13 +190,22 @@ class _Resolver:
         self.base = base
         self.origin: str | None = None
         self.directory = ""
+        self.parents: list[str] | None = None
         try:
             scheme, netloc, path, _, _ = urlsplit(base)
         except ValueError:  # a malformed base leaves every reference to urljoin (and None)
             return
         if scheme in ("http", "https") and netloc:
             self.origin = f"{scheme}://{netloc}"
-            self.directory = self.origin + (path[: path.rfind("/") + 1] or "/")
+            directory = path[: path.rfind("/") + 1] or "/"
+            self.directory = self.origin + directory
+            # The directories "../", "../../"... lead to (documentation sites link so); a
+            # path with empty segments is left to urljoin.
+            if directory.startswith("/") and "//" not in directory:
+                self.parents = []
+                while directory != "/":
+                    directory = directory[: directory.rstrip("/").rfind("/") + 1]
+                    self.parents.append(self.origin + directory)
 
     def resolve(self, reference: str) -> str | None:
         """``reference`` made absolute, without its fragment; None when it names no
@@ -213,6 +225,16 @@ class _Resolver:
                     return self.origin + reference
             elif reference[0] not in "?." and ":" not in reference.partition("/")[0]:
                 return self.directory + reference
+            elif self.parents is not None and reference.startswith("../"):
+                rest = reference
+                ups = 0
+                while rest.startswith("../"):
+                    rest = rest[3:]
+                    ups += 1
+                if "/." not in "/" + rest and not rest.startswith("?"):
+                    # Above the root, ".." stays at the root (RFC 3986, 5.2.4).
+                    parent = self.parents[ups - 1] if ups <= len(self.parents) else None
+                    return (parent or self.origin + "/") + rest
         try:
             return urljoin(self.base, reference) or None
         except ValueError:  # e.g. a malformed IPv6 host
