@@ -289,14 +289,16 @@ class Crawl:
     async def _original(self, url: str, summary: Summary, job: Job) -> str | None:
         """The URL ``summary``'s document is gathered under instead of ``url``, if it is a
         copy: the canonical URL it names, when the enumeration takes it (now, or it did
-        already), or a stored near-duplicate. Claims the fingerprint for ``url`` otherwise,
-        before anything is awaited, so that of two copies summarized at once one is kept."""
+        already), or a stored near-duplicate. Claims the fingerprint for ``url`` otherwise, in
+        the same step as the search, so that of two copies summarized at once one is kept."""
         if not summary.selected:
             self._duplicates.remove(url)
             return None
         canonical = canonical_target(url, summary.canonical)
+        ip = await self._ip(canonical) if canonical is not None else None
+        # Nothing is awaited from here on.
         if canonical is not None:
-            admission = self._frontier.offer(canonical, parent=job, ip=await self._ip(canonical))
+            admission = self._frontier.offer(canonical, parent=job, ip=ip)
             self.stats.admissions[admission.reason] += 1
             if admission in (Admission.ACCEPTED, Admission.DUPLICATE):
                 self._duplicates.remove(url)
