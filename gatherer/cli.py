@@ -35,8 +35,10 @@ from gatherer.config import GathererConfig, load
 from gatherer.errors import ConfigError, GathererError
 from gatherer.export import export
 from gatherer.metrics import RunStats
+from gatherer.registration import registered
 from gatherer.runner import gather, open_database
 from gatherer.service import serve
+from harvest_common.software import software_version
 from harvest_common.soif import encode
 from harvest_common.soif.transport import compressed
 from harvest_common.tasks import running
@@ -284,7 +286,12 @@ async def _serve(config: GathererConfig, listen: tuple[str, int] | None) -> int:
 
 
 async def _serving(config: GathererConfig, host: str, port: int) -> None:
-    async with open_database(config) as db, serve(db, host, port, config.name) as bound:
+    version = f"harvest-gather {await asyncio.to_thread(software_version)}"
+    async with (
+        open_database(config) as db,
+        serve(db, host, port, config.name, interval=config.gather_interval) as bound,
+        registered(config, (host, bound), version),
+    ):
         where = f"[{host}]" if ":" in host else host
         print(f"serving {config.name} records on http://{where}:{bound}/records", flush=True)
         await asyncio.Event().wait()

@@ -268,7 +268,7 @@ class Crawl:
             await self._refresh(stored, validators=(fetched.etag, fetched.last_modified))
             return references(stored.record)
         try:
-            summary = await self._pool.run(_document(fetched), self._settings.essence)
+            summary = await self._summarize(fetched)
         except SummarizeError as error:
             self.stats.summarize_errors[_failure_kind(error.reason)] += 1
             self.stats.failures.append((fetched.url, f"summarizing: {error.reason}"))
@@ -310,6 +310,14 @@ class Crawl:
                 return near
         self._duplicates.put(url, summary.fingerprint)
         return None
+
+    async def _summarize(self, fetched: Fetched) -> Summary:
+        """The summarizer pool's summary of ``fetched``; the time it took is counted."""
+        sent = self._monotonic()
+        try:
+            return await self._pool.run(_document(fetched), self._settings.essence)
+        finally:
+            self.stats.summarize_seconds += self._monotonic() - sent
 
     async def _store(
         self, fetched: Fetched, summary: Summary, md5: str, stored: Stored | None

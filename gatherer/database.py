@@ -17,6 +17,11 @@ The database also owns the ``Time-to-Live`` and ``Refresh-Rate`` attributes (who
 Deleted and expired records leave a tombstone for incremental exports; tombstones older than
 ``tombstone_retention`` are dropped, and an incremental export from before the newest dropped
 one is served complete instead (see :attr:`Snapshot.complete`).
+
+Gathering runs report themselves here too (:meth:`GathererDatabase.start_run`,
+:meth:`~GathererDatabase.report_run`): the run and the export service are separate
+processes, and the service's ``/metrics`` reads what the runs reported
+(:meth:`~GathererDatabase.gather_report`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import math
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -45,6 +50,9 @@ REFRESH_RATE = "Refresh-Rate"
 DAY = 86_400.0
 _UNSIGNED = (1 << 64) - 1
 _US = 1_000_000
+# Runs whose rows are kept (with the last complete one, however old); the counts of older
+# runs are added into run 0's, so that the totals never fall.
+RUNS_KEPT = 100
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -133,6 +141,61 @@ class DatabaseStats:
     tombstones: int
     failing: int  # records whose last fetch failed
     last_update: float
+
+
+# A run's counts: (counter, kind) -> value, by RunStats' field names; kind is "" for plain
+# counters, the error's kind for counters by kind.
+Counts = Mapping[tuple[str, str], float]
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """What a gathering run reports of itself, every few seconds and at its end.
+
+    ``at``: epoch seconds; ``seconds``: since it started; ``counts``: all of its counts so
+    far; ``queued``, ``active``, ``hosts``: its frontier now; ``outcome``: None while it runs,
+    at its end ``complete``, ``stopped`` (by a signal) or ``failed``.
+    """
+
+    at: float
+    seconds: float
+    counts: Counts
+    queued: int = 0
+    active: int = 0
+    hosts: int = 0
+    outcome: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A gathering run as it last reported (epoch seconds). ``ended`` and ``outcome`` are
+    None while it runs, and stay so if it was killed."""
+
+    started: float
+    reported: float
+    ended: float | None
+    outcome: str | None
+    seconds: float
+    queued: int
+    active: int
+    hosts: int
+
+
+@dataclass(frozen=True, slots=True)
+class GatherReport:
+    """What the export service's /metrics shows: the database's counts, when it was made,
+    every run's counts summed, the latest run and the latest complete one."""
+
+    database: DatabaseStats
+    created: float
+    totals: dict[tuple[str, str], float]
+    latest: Run | None
+    last_complete: Run | None
+
+
+_RUN = "SELECT started, reported, ended, outcome, seconds, queued, active, hosts FROM runs"
+# The runs no longer kept: before the RUNS_KEPT newest, except the last complete one.
+_OLD_RUNS = "run > 0 AND run < :cutoff AND run IS NOT :complete"
 
 
 class ChangeKind(Enum):
@@ -274,8 +337,9 @@ class _Writer:
         self._retention = tombstone_retention
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
+    def _transaction(self, begin: str = "BEGIN IMMEDIATE") -> Iterator[sqlite3.Connection]:
+        """A write transaction; ``BEGIN`` for a consistent read that leaves writers be."""
+        self._conn.execute(begin)
         try:
             yield self._conn
         except BaseException:
@@ -483,14 +547,84 @@ class _Writer:
         return int(self._conn.execute("SELECT count(*) FROM records").fetchone()[0])
 
     def stats(self) -> DatabaseStats:
-        with self._transaction() as conn:  # one consistent set of counts
-            (records, failing) = conn.execute(
-                "SELECT count(*), count(*) FILTER (WHERE failures > 0) FROM records"
-            ).fetchone()
-            (manual,) = conn.execute("SELECT count(*) FROM manual").fetchone()
-            (tombstones,) = conn.execute("SELECT count(*) FROM tombstones").fetchone()
-            (clock,) = conn.execute("SELECT value FROM meta WHERE key = 'clock'").fetchone()
+        with self._transaction("BEGIN"):  # one consistent set of counts
+            return self._stats()
+
+    def _stats(self) -> DatabaseStats:
+        conn = self._conn
+        (records, failing) = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE failures > 0) FROM records"
+        ).fetchone()
+        (manual,) = conn.execute("SELECT count(*) FROM manual").fetchone()
+        (tombstones,) = conn.execute("SELECT count(*) FROM tombstones").fetchone()
+        (clock,) = conn.execute("SELECT value FROM meta WHERE key = 'clock'").fetchone()
         return DatabaseStats(records, manual, tombstones, failing, clock / _US)
+
+    def start_run(self, now: float) -> int:
+        with self._transaction() as conn:
+            (run,) = conn.execute(
+                "INSERT INTO runs (started, reported) VALUES (?, ?) RETURNING id", (now, now)
+            ).fetchone()
+            row = conn.execute(
+                "SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?", (RUNS_KEPT,)
+            ).fetchone()
+            if row is not None:
+                self._fold_runs_before(row[0] + 1)
+        return int(run)
+
+    def _fold_runs_before(self, cutoff: int) -> None:
+        conn = self._conn
+        (complete,) = conn.execute("SELECT max(id) FROM runs WHERE outcome = 'complete'").fetchone()
+        old = {"cutoff": cutoff, "complete": complete}
+        conn.execute(
+            "INSERT INTO run_counts (run, name, kind, value)"
+            f" SELECT 0, name, kind, sum(value) FROM run_counts WHERE {_OLD_RUNS}"
+            " GROUP BY name, kind"
+            " ON CONFLICT (run, name, kind) DO UPDATE SET value = value + excluded.value",
+            old,
+        )
+        conn.execute(f"DELETE FROM run_counts WHERE {_OLD_RUNS}", old)
+        conn.execute("DELETE FROM runs WHERE id < :cutoff AND id IS NOT :complete", old)
+
+    def report_run(self, run: int, report: RunReport) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "UPDATE runs SET reported = ?, seconds = ?, queued = ?, active = ?, hosts = ?,"
+                " ended = ?, outcome = ? WHERE id = ?",
+                (
+                    report.at,
+                    report.seconds,
+                    report.queued,
+                    report.active,
+                    report.hosts,
+                    None if report.outcome is None else report.at,
+                    report.outcome,
+                    run,
+                ),
+            )
+            conn.executemany(
+                "INSERT INTO run_counts (run, name, kind, value) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (run, name, kind) DO UPDATE SET value = excluded.value",
+                [(run, name, kind, value) for (name, kind), value in report.counts.items()],
+            )
+
+    def gather_report(self) -> GatherReport:
+        with self._transaction("BEGIN") as conn:
+            (created,) = conn.execute("SELECT value FROM meta WHERE key = 'created'").fetchone()
+            totals = conn.execute(
+                "SELECT name, kind, sum(value) FROM run_counts GROUP BY name, kind"
+            ).fetchall()
+            latest = conn.execute(f"{_RUN} ORDER BY id DESC LIMIT 1").fetchone()
+            complete = conn.execute(
+                f"{_RUN} WHERE outcome = 'complete' ORDER BY id DESC LIMIT 1"
+            ).fetchone()
+            return GatherReport(
+                self._stats(),
+                created / _US,
+                {(name, kind): value for name, kind, value in totals},
+                None if latest is None else Run(*latest),
+                None if complete is None else Run(*complete),
+            )
 
     def close(self) -> None:
         self._conn.close()
@@ -658,6 +792,19 @@ class GathererDatabase:
 
     async def stats(self) -> DatabaseStats:
         return await self._call(self._writer.stats)
+
+    async def start_run(self, now: float) -> int:
+        """Note a gathering run started at ``now``; returns its number for ``report_run``.
+        Runs beyond the RUNS_KEPT newest are forgotten (their counts stay in the totals)."""
+        return await self._call(self._writer.start_run, now)
+
+    async def report_run(self, run: int, report: RunReport) -> None:
+        """Keep what run ``run`` reports of itself (replacing its earlier report)."""
+        await self._call(self._writer.report_run, run, report)
+
+    async def gather_report(self) -> GatherReport:
+        """What the runs reported, with the database's counts, in one consistent read."""
+        return await self._call(self._writer.gather_report)
 
     async def put_manual(self, url: str, record: Record, *, now: float | None = None) -> float:
         """Store a hand-written record for ``url``, merged over the generated one on export

@@ -1,13 +1,44 @@
-"""What a gathering run counts: fed by the crawl controller's outcomes, read by the progress
-display, the end-of-run summary and the export service's /metrics."""
+"""What a gathering run counts, and the export service's Prometheus metrics made from it.
+
+The crawl controller feeds a run's ``RunStats``; the progress display and the end-of-run
+summary read it, and the run reports its ``counts`` to the gatherer database every
+``REPORT_SECONDS`` and at its end (gatherer/reporting.py). The export service is another
+process: at each scrape it reads what the runs reported (a ``GatherReport``) and ``families``
+makes the metric families from it. This module reads values only: it knows no component.
+
+Counters are totals over every run the database has seen (the run in progress included, as
+of its last report), so they only rise, across restarts of either process. Label values are
+bounded: error kinds are FetchError's fixed set and the summarizer's failure kinds, outcomes
+are three. Never a URL or a host.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+from prometheus_client.registry import Collector
+
+from gatherer.database import GatherReport, Run
 
 # The run keeps the latest failures with their reasons for its summary; older ones are counted.
 RECENT_FAILURES = 1000
+# Seconds between a run's reports to the database while it runs.
+REPORT_SECONDS = 5.0
+# A run not heard from for this long is taken as gone (killed, or its machine down).
+SILENT_AFTER = 60.0
+# How a run ended: all of it done, stopped by a signal, or failed (an error ended it).
+OUTCOMES = ("complete", "stopped", "failed")
+RUNS = "runs"  # the counter a run's outcome is counted under, kind = the outcome
 
 
 @dataclass(slots=True)
@@ -20,7 +51,9 @@ class RunStats:
     stored because they are another's copy (a canonical URL elsewhere, or a near-duplicate of a
     stored text); robots_denied: URLs
     robots.txt refused; fetch_errors / summarize_errors: failures by kind; admissions: the
-    frontier's answers to offered links by reason; bytes: content bytes fetched.
+    frontier's answers to offered links by reason; bytes: content bytes fetched;
+    summarize_seconds: time documents spent with the summarizer pool (a wait for a free
+    worker included).
     """
 
     started: float = 0.0
@@ -35,6 +68,7 @@ class RunStats:
     duplicates: int = 0
     robots_denied: int = 0
     bytes: int = 0
+    summarize_seconds: float = 0.0
     queued: int = 0
     active: int = 0
     hosts: int = 0
@@ -84,3 +118,200 @@ class RunStats:
 
 def _counts(counter: Counter[str]) -> str:
     return ", ".join(f"{key} {value}" for key, value in sorted(counter.items()))
+
+
+# The run's plain counters: (RunStats field, metric name without harvest_gatherer_ and _total,
+# help).
+_COUNTERS = (
+    ("fetched", "fetched", "Documents whose content was fetched."),
+    ("bytes", "fetched_bytes", "Content bytes fetched."),
+    (
+        "not_modified",
+        "not_modified",
+        "Documents the source said were unchanged (304, or the same file time): not fetched.",
+    ),
+    ("unchanged", "unchanged", "Documents fetched again with the content (MD5) stored."),
+    (
+        "fresh",
+        "fresh",
+        "Records not due for refresh, re-enumerated from the database without a fetch.",
+    ),
+    ("robots_denied", "robots_denied", "URLs robots.txt refused."),
+    ("summarized", "summarized", "Documents summarized."),
+    ("stored", "stored", "Records written to the database."),
+    (
+        "deleted",
+        "deleted",
+        "Records removed: their documents gone (404, 410) or no longer selected, or expired.",
+    ),
+    (
+        "duplicates",
+        "duplicates",
+        "Documents not stored: copies of another (a canonical URL elsewhere, a near-duplicate).",
+    ),
+)
+# Counters by kind: (RunStats field, the ``stage`` label of harvest_gatherer_errors_total).
+_ERRORS = (("fetch_errors", "fetch"), ("summarize_errors", "summarize"))
+
+
+def counts(stats: RunStats) -> dict[tuple[str, str], float]:
+    """The run's counts as the database keeps them: (counter, kind) -> value, kind "" for
+    the plain counters."""
+    out = {(name, ""): float(getattr(stats, name)) for name, _, _ in _COUNTERS}
+    out["summarize_seconds", ""] = stats.summarize_seconds
+    for name, _ in _ERRORS:
+        counter: Counter[str] = getattr(stats, name)
+        out.update({(name, kind): float(n) for kind, n in counter.items()})
+    return out
+
+
+def going(run: Run | None, now: float) -> bool:
+    """Whether ``run`` (the latest) is still going at ``now``: not ended, heard from lately."""
+    return run is not None and run.outcome is None and now - run.reported <= SILENT_AFTER
+
+
+def families(report: GatherReport, *, now: float, interval: float, version: str) -> list[Metric]:
+    """The export service's metric families from what the runs reported; ``interval`` is the
+    configured Gather-Interval, ``version`` the software's."""
+    totals = report.totals
+
+    def total(name: str, kind: str = "") -> float:
+        return totals.get((name, kind), 0.0)
+
+    out: list[Metric] = [
+        CounterMetricFamily(f"harvest_gatherer_{metric}", doc, value=total(name))
+        for name, metric, doc in _COUNTERS
+    ]
+    errors = CounterMetricFamily(
+        "harvest_gatherer_errors",
+        "Documents that failed, by stage (fetch, summarize) and kind.",
+        labels=["stage", "kind"],
+    )
+    for name, stage in _ERRORS:
+        for (counter, kind), value in sorted(totals.items()):
+            if counter == name:
+                errors.add_metric([stage, kind], value)
+    summarize_jobs = total("summarized") + sum(
+        value for (counter, _), value in totals.items() if counter == "summarize_errors"
+    )
+    runs = CounterMetricFamily(
+        "harvest_gatherer_runs",
+        "Gathering runs ended, by outcome: complete, stopped (by a signal), failed. A killed"
+        " run is not counted.",
+        labels=["outcome"],
+    )
+    for outcome in OUTCOMES:
+        runs.add_metric([outcome], total(RUNS, outcome))
+    out += [
+        errors,
+        SummaryMetricFamily(
+            "harvest_gatherer_summarize_seconds",
+            "Seconds documents spent with the summarizers (a wait for a free worker included).",
+            count_value=round(summarize_jobs),
+            sum_value=total("summarize_seconds"),
+        ),
+        runs,
+    ]
+    out += _gauges(report, now=now, interval=interval, version=version)
+    return out
+
+
+def _gauges(report: GatherReport, *, now: float, interval: float, version: str) -> list[Metric]:
+    db = report.database
+    latest = report.latest if going(report.latest, now) else None
+    out: list[Metric] = [
+        GaugeMetricFamily("harvest_gatherer_records", "Records in the database.", db.records),
+        GaugeMetricFamily(
+            "harvest_gatherer_manual_records", "Hand-written records in the database.", db.manual
+        ),
+        GaugeMetricFamily(
+            "harvest_gatherer_failing_records",
+            "Records whose document failed at its last gathering.",
+            db.failing,
+        ),
+        GaugeMetricFamily(
+            "harvest_gatherer_tombstones",
+            "Deleted records remembered for incremental exports.",
+            db.tombstones,
+        ),
+        GaugeMetricFamily(
+            "harvest_gatherer_last_update_timestamp_seconds",
+            "The newest Update-Time in the database (epoch seconds; 0 when empty).",
+            db.last_update,
+        ),
+        GaugeMetricFamily(
+            "harvest_gatherer_database_created_timestamp_seconds",
+            "When the gatherer database was made (epoch seconds).",
+            report.created,
+        ),
+        GaugeMetricFamily(
+            "harvest_gatherer_gather_interval_seconds",
+            "How often the gatherer is meant to gather (Gather-Interval).",
+            interval,
+        ),
+        GaugeMetricFamily(
+            "harvest_gatherer_gathering", "1 while a gathering run is going.", int(bool(latest))
+        ),
+        GaugeMetricFamily(
+            "harvest_gatherer_frontier_urls",
+            "URLs waiting in the frontier of the run going (0 when none is).",
+            latest.queued if latest else 0,
+        ),
+        GaugeMetricFamily(
+            "harvest_gatherer_frontier_hosts",
+            "Hosts the run going has queued URLs of (0 when none is).",
+            latest.hosts if latest else 0,
+        ),
+        GaugeMetricFamily(
+            "harvest_gatherer_fetches_in_progress",
+            "Fetches of the run going in progress now (0 when none is).",
+            latest.active if latest else 0,
+        ),
+    ]
+    last = report.last_complete
+    if last is not None and last.ended is not None:
+        out += [
+            GaugeMetricFamily(
+                "harvest_gatherer_last_gather_timestamp_seconds",
+                "When the last complete gathering run ended (epoch seconds).",
+                last.ended,
+            ),
+            GaugeMetricFamily(
+                "harvest_gatherer_last_gather_duration_seconds",
+                "How long the last complete gathering run took.",
+                last.seconds,
+            ),
+        ]
+    info = GaugeMetricFamily(
+        "harvest_gatherer_info", "The gatherer's software version.", labels=["version"]
+    )
+    info.add_metric([version], 1)
+    out.append(info)
+    return out
+
+
+class _Scraped(Collector):
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._metrics)
+
+
+class ServiceMetrics:
+    """The export service's /metrics: what the runs reported (handed to each scrape), and
+    the service process's CPU, memory and open files."""
+
+    def __init__(self, *, interval: float, version: str) -> None:
+        self._interval = interval
+        self._version = version
+        # Read from /proc: collected on a worker thread (and not described at registration,
+        # which would read /proc on the event loop).
+        self._process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self._process)
+
+    async def exposition(self, report: GatherReport, now: float) -> bytes:
+        """The Prometheus text exposition of ``report`` as of ``now``."""
+        shown = families(report, now=now, interval=self._interval, version=self._version)
+        body = generate_latest(_Scraped(shown))
+        return body + await asyncio.to_thread(generate_latest, self._process)

@@ -1,6 +1,7 @@
 """One gathering run, assembled: database, fetchers, summarizer pool, archive and resolver
 opened from the configuration, manual records synchronized, roots expanded, the crawl run,
-expired records removed. The CLI and the tests start gathering through ``gather``."""
+expired records removed, the run reported to the database throughout. The CLI and the
+tests start gathering through ``gather``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gatherer.fetch.dispatch import Fetchers, FetchSettings
 from gatherer.manual_sync import sync_manual
 from gatherer.metrics import RunStats
 from gatherer.records import Identity, Lifetimes
+from gatherer.reporting import reporting
 from gatherer.roots import expand
 from harvest_common.dns import DNSConfig, Resolver
 
@@ -90,6 +92,7 @@ async def gather(
     stats = stats if stats is not None else RunStats()
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(config))
+        await stack.enter_async_context(reporting(db, stats))
         fetchers = await stack.enter_async_context(Fetchers(fetch_settings(config)))
         pool = await stack.enter_async_context(
             SummarizerPool(

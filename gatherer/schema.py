@@ -13,7 +13,12 @@ received" compares the very value it was sent. Scheduling times (``expires``,
     manual      url → a hand-written SOIF record, merged over the generated one on export
     tombstones  url → when it was deleted (kept for incremental exports)
     meta        'clock' (the last update time assigned), 'horizon' (the newest tombstone
-                ever dropped: incremental exports from before it are incomplete)
+                ever dropped: incremental exports from before it are incomplete),
+                'created' (when the database was made, or brought to version 2)
+    runs        one row per gathering run (the latest kept): when it started, last
+                reported and ended, how, and its frontier while it runs
+    run_counts  (run, counter, kind) → the run's count (RunStats' names); run 0 holds the
+                sums of the runs no longer kept, so that the totals never fall
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 from gatherer.errors import DatabaseError
 from harvest_common import sqlite
 
-VERSION = 2
+VERSION = 3
 
 _TABLES = """
 CREATE TABLE records (
@@ -60,8 +65,41 @@ CREATE TABLE meta (
 );
 INSERT INTO meta VALUES ('clock', 0), ('horizon', 0);
 """
+# Gathering runs, for the export service's /metrics (version 2). 'created' is stamped by
+# SQLite's clock as the tables are made (a version 1 file: as it is brought up to date).
+_RUNS = """
+INSERT INTO meta VALUES ('created', CAST((julianday('now') - 2440587.5) * 86400e6 AS INTEGER));
+CREATE TABLE runs (
+    id       INTEGER PRIMARY KEY,
+    started  REAL NOT NULL,
+    reported REAL NOT NULL,
+    ended    REAL,
+    outcome  TEXT,
+    seconds  REAL NOT NULL DEFAULT 0,
+    queued   INTEGER NOT NULL DEFAULT 0,
+    active   INTEGER NOT NULL DEFAULT 0,
+    hosts    INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE run_counts (
+    run   INTEGER NOT NULL,
+    name  TEXT NOT NULL,
+    kind  TEXT NOT NULL,
+    value REAL NOT NULL,
+    PRIMARY KEY (run, name, kind)
+);
+"""
+
+
+def _statements(script: str) -> list[str]:
+    return [statement for statement in script.split(";") if statement.strip()]
+
+
+_CREATE = _statements(_TABLES + _RUNS)
 # What takes a file of version n to n + 1.
-_UPGRADES = {1: ["ALTER TABLE records ADD COLUMN fingerprint INTEGER"]}
+_UPGRADES = {
+    1: _statements(_RUNS),
+    2: ["ALTER TABLE records ADD COLUMN fingerprint INTEGER"],  # near-duplicates (version 3)
+}
 
 
 def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
@@ -78,8 +116,7 @@ def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
         return conn
     conn = sqlite.connect(path)
     try:
-        statements = [s for s in _TABLES.split(";") if s.strip()]
-        sqlite.migrate(conn, statements, VERSION, _unreadable, _UPGRADES)
+        sqlite.migrate(conn, _CREATE, VERSION, _unreadable, _UPGRADES)
     except BaseException:
         conn.close()
         raise

@@ -6,6 +6,8 @@
     GET /records               every current record, as a SOIF stream
     GET /records?since=T       the changes after T (epoch seconds, exclusive): changed
                                records whole, @REFRESH and @DELETE wrappers for the rest
+    GET /metrics               Prometheus text format: what the gathering runs reported
+                               (gatherer/metrics.py), read from the database at each scrape
 
 The stream is ``application/x-soif``, chunked, compressed as the client's Accept-Encoding
 allows (zstd if listed, else gzip, else identity). ``X-Harvest-Until`` is the snapshot's
@@ -17,16 +19,22 @@ holds from this gatherer. The body is cut short (no final chunk) if the export f
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from gatherer.config import GATHER_INTERVAL
 from gatherer.database import GathererDatabase, after_us, time_text, to_us
 from gatherer.errors import DatabaseError
 from gatherer.export import export
+from gatherer.metrics import ServiceMetrics
+from harvest_common.software import software_version
 from harvest_common.soif.transport import SOIF_TYPE, choose_encoding, compressed
 
 log = logging.getLogger(__name__)
@@ -34,6 +42,7 @@ log = logging.getLogger(__name__)
 
 _DATABASE = web.AppKey("database", GathererDatabase)
 _NAME = web.AppKey("name", str)
+_METRICS = web.AppKey("metrics", ServiceMetrics)
 
 # Epoch seconds: digits with an optional fraction (no sign, exponent, blanks or "nan").
 _SINCE = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
@@ -69,6 +78,15 @@ async def _status(request: web.Request) -> web.Response:
     )
 
 
+async def _metrics(request: web.Request) -> web.Response:
+    try:
+        report = await request.app[_DATABASE].gather_report()
+    except DatabaseError as error:
+        raise web.HTTPServiceUnavailable(text=f"{error}\n") from error
+    body = await request.app[_METRICS].exposition(report, time.time())
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
 async def _records(request: web.Request) -> web.StreamResponse:
     since = _since(request)
     encoding = choose_encoding(request.headers.get("Accept-Encoding"))
@@ -101,22 +119,35 @@ async def _records(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def make_app(db: GathererDatabase, *, name: str) -> web.Application:
+def make_app(db: GathererDatabase, *, name: str, metrics: ServiceMetrics) -> web.Application:
     """The service's application; ``name`` is the gatherer's, shown in the status."""
     app = web.Application()
     app[_DATABASE] = db
     app[_NAME] = name
+    app[_METRICS] = metrics
     app.router.add_get("/", _status)
     app.router.add_get("/records", _records, allow_head=False)
+    app.router.add_get("/metrics", _metrics)
     return app
 
 
 @asynccontextmanager
-async def serve(db: GathererDatabase, host: str, port: int, name: str) -> AsyncIterator[int]:
+async def serve(
+    db: GathererDatabase,
+    host: str,
+    port: int,
+    name: str,
+    *,
+    interval: float = GATHER_INTERVAL,
+) -> AsyncIterator[int]:
     """Serve ``db`` on ``host:port`` (0 picks a free port) for the ``async with`` block;
-    yields the bound port."""
+    yields the bound port. ``interval`` is the configured Gather-Interval, for /metrics."""
+    version = await asyncio.to_thread(software_version)
+    metrics = ServiceMetrics(interval=interval, version=version)
     runner = web.AppRunner(
-        make_app(db, name=name), handle_signals=False, shutdown_timeout=_SHUTDOWN_TIMEOUT
+        make_app(db, name=name, metrics=metrics),
+        handle_signals=False,
+        shutdown_timeout=_SHUTDOWN_TIMEOUT,
     )
     await runner.setup()
     try:

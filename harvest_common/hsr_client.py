@@ -5,9 +5,10 @@ The HSR is a broker holding one SOIF record per gatherer, broker, cache and repl
 (broker/hsr.py is its side): template ``GATHERER``, ``BROKER``, ``CACHE`` or ``REPLICATOR``,
 the URL where the server answers (its identity: registering the same URL again renews it), and
 the attributes Name, Host, Port (required), Description, Administrator, Software-Version and
-Time-to-Live. ``server_record`` builds one, ``register`` posts it (``POST
-/api/hsr/register``), ``registering`` renews it every ``renew`` seconds while a block runs, and
-``registered`` does that for a running server from its settings.
+Time-to-Live, and any a kind of server adds (a gatherer: what it gathers). ``server_record``
+builds one, ``register`` posts it (``POST /api/hsr/register``), ``registering`` renews it
+every ``renew`` seconds while a block runs, and ``registered`` does that for a running server
+from its settings.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,13 +72,15 @@ def server_record(
     administrator: str = "",
     version: str = "",
     ttl: float | None = None,
+    attributes: Sequence[tuple[str, str]] = (),
 ) -> Record:
     """A server record of ``kind`` (gatherer, broker, cache, replicator), as a server
-    registering itself builds it; ``url`` defaults to ``http://host:port/``."""
+    registering itself builds it; ``url`` defaults to ``http://host:port/``; ``attributes``
+    are further (name, value) pairs, after the common ones."""
     if kind not in TYPES:
         raise ValueError(f"server type must be one of {', '.join(TYPES)}, got {kind!r}")
     where = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    attributes: list[tuple[str, bytes]] = [
+    common: list[tuple[str, bytes]] = [
         ("Name", name.encode()),
         ("Host", host.encode()),
         ("Port", str(port).encode()),
@@ -88,10 +91,11 @@ def server_record(
         ("Software-Version", version),
     ):
         if value:
-            attributes.append((attribute, value.encode()))
+            common.append((attribute, value.encode()))
+    common += [(attribute, value.encode()) for attribute, value in attributes]
     if ttl is not None:
-        attributes.append(("Time-to-Live", seconds_text(ttl).encode()))
-    return Record(kind.upper(), url or f"http://{where}:{port}/", tuple(attributes))
+        common.append(("Time-to-Live", seconds_text(ttl).encode()))
+    return Record(kind.upper(), url or f"http://{where}:{port}/", tuple(common))
 
 
 async def register(hsr_url: str, record: Record, session: aiohttp.ClientSession) -> dict[str, Any]:
@@ -155,10 +159,17 @@ WILDCARDS = ("", "0.0.0.0", "::")
 
 @contextlib.asynccontextmanager
 async def registered(
-    settings: HsrSettings, kind: str, name: str, address: tuple[str, int], version: str
+    settings: HsrSettings,
+    kind: str,
+    name: str,
+    address: tuple[str, int],
+    version: str,
+    *,
+    attributes: Sequence[tuple[str, str]] = (),
 ) -> AsyncIterator[None]:
     """Keep a running server of ``kind`` registered at the HSR its ``[hsr]`` settings name
-    while the block runs (nothing when they name none). ``address`` is where it listens."""
+    while the block runs (nothing when they name none). ``address`` is where it listens;
+    ``attributes`` are added to its record (see ``server_record``)."""
     if settings.url is None:
         yield
         return
@@ -173,6 +184,7 @@ async def registered(
         description=settings.description,
         administrator=settings.administrator,
         version=version,
+        attributes=attributes,
         # Two renewal periods: one renewal may fail without the registration lapsing.
         ttl=2 * settings.renew,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from gatherer.config.harvest_format import parse_enumeration_line, parse_harvest
 from gatherer.config.loader import load
 from gatherer.config.model import (
+    GATHER_INTERVAL,
     GATHERER_VERSION,
     GathererConfig,
     LeafNode,
@@ -24,6 +25,7 @@ from gatherer.config.toml_format import parse_toml
 
 __all__ = [
     "GATHERER_VERSION",
+    "GATHER_INTERVAL",
     "GathererConfig",
     "LeafNode",
     "LeafProgram",

@@ -9,6 +9,7 @@ problem into one ConfigError. ``values`` reads each value by its kind.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gatherer.config.model import (
+    GATHER_INTERVAL,
     GATHERER_VERSION,
     GathererConfig,
     LeafNode,
@@ -31,6 +33,7 @@ from gatherer.essence.options import DEFAULT_STOPLIST
 from gatherer.filters import Filter, load_filter, read_text_file, rule_lines
 from harvest_common.cache_client import HTTPS_VIA_PROXY
 from harvest_common.config import Address, nameserver_list
+from harvest_common.hsr_client import HsrSettings
 
 MIB = 1024 * 1024
 NO_FILTER = "/dev/null"  # as a filter file name: no filter at all
@@ -71,10 +74,11 @@ class Header:
     """One header line.
 
     ``name``: as written in gatherer.cf (the TOML key is :attr:`toml_key`). ``field``: the
-    GathererConfig field it sets. ``kind``: how its value is read. ``default``: the field's
-    value when the header is absent, computed from Top-Directory. ``check``: turns the read
-    value into the field's value or raises ValueError / ConfigError. ``repeatable``: may be
-    given more than once (the field is then a tuple).
+    GathererConfig field it sets (for an HSR header, the HsrSettings field: its key in
+    ``[hsr]``). ``kind``: how its value is read. ``default``: the field's value when the
+    header is absent, computed from Top-Directory. ``check``: turns the read value into the
+    field's value or raises ValueError / ConfigError. ``repeatable``: may be given more than
+    once (the field is then a tuple).
     """
 
     name: str
@@ -241,6 +245,9 @@ HEADERS = (
     Header("Refresh-Rate", "refresh_rate", Kind.NUMBER, _fixed(604800.0), _above_zero),
     Header("Time-To-Live", "time_to_live", Kind.NUMBER, _fixed(2592000.0), _above_zero),
     Header("Access-Delay", "access_delay", Kind.NUMBER, _fixed(1.0), _at_least(0)),
+    Header(
+        "Gather-Interval", "gather_interval", Kind.NUMBER, _fixed(GATHER_INTERVAL), _at_least(60)
+    ),
     Header("User-Agent", "user_agent", Kind.TEXT, _fixed("HarvestGatherer/0.1"), _keep),
     Header("Connections-Per-Host", "connections_per_host", Kind.INT, _fixed(1), _at_least(1)),
     Header("Max-Connections", "max_connections", Kind.INT, _fixed(8), _at_least(1)),
@@ -264,8 +271,28 @@ HEADERS = (
     Header("DNS-Timeout", "dns_timeout", Kind.NUMBER, _fixed(5.0), _above_zero),
     Header("Hosts-File", "hosts_file", Kind.TEXT, _fixed(Path("/etc/hosts")), _hosts_file),
 )
-HEADERS_BY_NAME = {h.name.lower(): h for h in HEADERS}
+
+
+def _hsr_check(key: str) -> Check:
+    """HsrSettings' own check of ``key``: the same as every Harvest server's ``[hsr]``."""
+    parse = next(f.metadata["parse"] for f in dataclasses.fields(HsrSettings) if f.name == key)
+    return lambda value, _ctx: parse(value)
+
+
+def _hsr_header(name: str, key: str, kind: Kind) -> Header:
+    return Header(name, key, kind, _fixed(getattr(HsrSettings(), key)), _hsr_check(key))
+
+
+# The Harvest Server Registry to register at: HSR-* headers in gatherer.cf, [hsr] in TOML.
+HSR_HEADERS = (
+    _hsr_header("HSR-URL", "url", Kind.TEXT),
+    _hsr_header("HSR-Description", "description", Kind.TEXT),
+    _hsr_header("HSR-Administrator", "administrator", Kind.TEXT),
+    _hsr_header("HSR-Renew", "renew", Kind.NUMBER),
+)
+HEADERS_BY_NAME = {h.name.lower(): h for h in (*HEADERS, *HSR_HEADERS)}
 HEADERS_BY_TOML_KEY = {h.toml_key: h for h in HEADERS}
+HSR_HEADERS_BY_KEY = {h.field: h for h in HSR_HEADERS}
 
 # RootNode options by field name: (kind, check). A missing option takes RootNode's default,
 # except ``delay``, which defaults to Access-Delay.
@@ -361,13 +388,18 @@ def build(
         for h in HEADERS
         if h is not TOP_DIRECTORY
     }
+    hsr = HsrSettings(
+        **{h.field: _header(h, headers.get(h.name, ()), ctx, problems) for h in HSR_HEADERS}
+    )
     # Access-Delay is the Delay of roots that give none: passed as if given, already typed.
     delay = Given(fields["access_delay"], "Access-Delay", text=False)
     root_nodes = tuple(_root(s, ctx, delay, problems) for s in roots)
     leaf_nodes = tuple(_leaf(s, ctx, problems) for s in leaves)
     if problems:
         raise ConfigError(sorted(problems, key=lambda p: _line_of(p, f"{path}:")))
-    return GathererConfig(top_directory=top, **fields, root_nodes=root_nodes, leaf_nodes=leaf_nodes)
+    return GathererConfig(
+        top_directory=top, **fields, hsr=hsr, root_nodes=root_nodes, leaf_nodes=leaf_nodes
+    )
 
 
 def _line_of(problem: str, prefix: str) -> int:

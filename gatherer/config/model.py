@@ -15,8 +15,12 @@ from gatherer.errors import ConfigError
 from gatherer.essence.options import EssenceOptions
 from gatherer.filters import DEFAULT_URL_FILTER, Filter
 from harvest_common.config import Address
+from harvest_common.hsr_client import HsrSettings
 
 GATHERER_VERSION = "0.1.0"
+# Seconds between gathering runs by default: the shipped timer's (harvest-gather.timer,
+# nightly). The gatherer does not start its runs, so it is told how often they come.
+GATHER_INTERVAL = 86_400.0
 
 # The schemes a root or leaf URL may have (the access methods HTTP, FTP, Gopher and FILE).
 URL_SCHEMES = ("http", "https", "ftp", "gopher", "file")
@@ -160,11 +164,14 @@ class GathererConfig:
     ``fetch_timeout`` (seconds), ``ftp_logins`` ((host, user, password) triples).
     Names: ``dns_servers`` (empty: the system's resolvers), ``dns_timeout`` (seconds per
     lookup), ``hosts_file`` (None: no file).
-    Schedule: ``refresh_rate``, ``time_to_live``, ``access_delay`` (seconds).
+    Schedule: ``refresh_rate``, ``time_to_live``, ``access_delay``, ``gather_interval`` (how
+    often runs are started: the export service's metrics and alert compare with it; seconds).
     Summarizing: ``summarizer_timeout`` (seconds), ``summarizer_memory_mb``,
     ``summarizer_workers`` (0: one per CPU but the first), ``stoplist``, ``full_text``,
     ``unnest_max_bytes``, ``unnest_max_members``, ``unnest_max_depth``, ``members_as_records``.
     Archive: ``archive_rotate_bytes``. What to gather: ``root_nodes``, ``leaf_nodes``.
+    Registration: ``hsr``, the Harvest Server Registry ``serve`` keeps the gatherer
+    registered at (``[hsr]``, or the ``HSR-*`` headers).
     """
 
     name: str
@@ -179,6 +186,7 @@ class GathererConfig:
     refresh_rate: float
     time_to_live: float
     access_delay: float
+    gather_interval: float
     user_agent: str
     connections_per_host: int
     max_connections: int
@@ -201,6 +209,7 @@ class GathererConfig:
     dns_servers: tuple[Address, ...]
     dns_timeout: float
     hosts_file: Path | None
+    hsr: HsrSettings
     root_nodes: tuple[RootNode | RootProgram, ...]
     leaf_nodes: tuple[LeafNode | LeafProgram, ...]
 

@@ -3,7 +3,8 @@
 Top-level keys are the gatherer.cf header names in snake_case (``gatherer_name``,
 ``http_proxy``...; ``ftp_login`` is an array of ``{host, user, password}`` tables);
 ``[[root_nodes]]`` and ``[[root_programs]]`` tables carry RootNode options by field name;
-``leaf_nodes`` is an array of URLs and ``leaf_programs`` an array of commands. Only the
+``leaf_nodes`` is an array of URLs and ``leaf_programs`` an array of commands; ``[hsr]``
+holds the HSR-* headers by their ``[hsr]`` keys (``url``, ``renew``...). Only the
 structure is checked here; values go to ``build`` with their key path
 (``file: root_nodes[2].depth``; arrays count from 0).
 """
@@ -14,7 +15,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from gatherer.config.build import HEADERS_BY_TOML_KEY, ROOT_OPTIONS, NodeSpec, build
+from gatherer.config.build import (
+    HEADERS_BY_TOML_KEY,
+    HSR_HEADERS_BY_KEY,
+    ROOT_OPTIONS,
+    NodeSpec,
+    build,
+)
 from gatherer.config.model import GathererConfig
 from gatherer.config.values import Given
 from gatherer.errors import ConfigError
@@ -47,6 +54,8 @@ def parse_toml(text: str, path: Path) -> GathererConfig:
                 _root(table, at, first, problems) for at, table in _tables(value, where, problems)
             )
             roots.extend(spec for spec in specs if spec is not None)
+        elif key == "hsr":
+            headers.update(_hsr(value, where, problems))
         elif key == "leaf_nodes":
             leaves.extend(
                 NodeSpec(at, url=Given(v, at, text=False))
@@ -96,6 +105,21 @@ def _root(table: dict[str, Any], where: str, first: str, problems: list[str]) ->
     if first == "url":
         return NodeSpec(where, url=main, options=options)
     return NodeSpec(where, command=main, options=options)
+
+
+def _hsr(value: object, where: str, problems: list[str]) -> dict[str, list[Given]]:
+    """The ``[hsr]`` table's values by the HSR header each stands for."""
+    if not isinstance(value, dict):
+        problems.append(f"{where}: expected a table ([hsr]), got {value!r}")
+        return {}
+    headers = {}
+    for key, item in value.items():
+        header = HSR_HEADERS_BY_KEY.get(key)
+        if header is None:
+            problems.append(f"{where}.{key}: unknown key")
+        else:
+            headers[header.name] = [Given(item, f"{where}.{key}", text=False)]
+    return headers
 
 
 def _login(table: dict[str, Any], where: str, problems: list[str]) -> Given | None:

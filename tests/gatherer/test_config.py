@@ -21,6 +21,7 @@ from gatherer.errors import ConfigError
 from gatherer.essence.options import DEFAULT_STOPLIST, EssenceOptions
 from gatherer.filters import DEFAULT_URL_FILTER, load_filter
 from harvest_common.config import Address
+from harvest_common.hsr_client import HsrSettings
 
 MY_FILTER = "Deny  /gatherers/\nAllow .\n"
 DOCS = Path(__file__).parents[2] / "docs" / "gatherer-configuration.md"
@@ -115,6 +116,7 @@ def test_empty_file_gives_every_default(tmp_path: Path) -> None:
         "refresh_rate": 604800.0,
         "time_to_live": 2592000.0,
         "access_delay": 1.0,
+        "gather_interval": 86400.0,
         "user_agent": "HarvestGatherer/0.1",
         "connections_per_host": 1,
         "max_connections": 8,
@@ -137,6 +139,7 @@ def test_empty_file_gives_every_default(tmp_path: Path) -> None:
         "dns_servers": (),
         "dns_timeout": 5.0,
         "hosts_file": Path("/etc/hosts"),
+        "hsr": HsrSettings(),
         "root_nodes": (),
         "leaf_nodes": (),
     }
@@ -157,6 +160,7 @@ HEADER_CASES = [
     ("Refresh-Rate: 86400", "refresh_rate", 86400.0),
     ("Time-To-Live: 0.5", "time_to_live", 0.5),
     ("Access-Delay: 0", "access_delay", 0.0),
+    ("Gather-Interval: 3600", "gather_interval", 3600.0),
     ("User-Agent: MyBot/2", "user_agent", "MyBot/2"),
     ("Connections-Per-Host: 2", "connections_per_host", 2),
     ("Max-Connections: 32", "max_connections", 32),

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from gatherer import schema
 from gatherer.database import DAY, GathererDatabase, Stored
 from gatherer.errors import DatabaseError
-from harvest_common.soif import Record
+from harvest_common.soif import Record, encode
 
 TTL = 1000.0
 RATE = 100.0
@@ -304,14 +305,26 @@ async def test_fingerprints_are_kept_as_unsigned_64_bit_values(db: GathererDatab
     ]
 
 
-async def test_a_version_1_database_is_upgraded_with_its_records(tmp_path: Path) -> None:
-    path = tmp_path / "g.db"
-    async with await GathererDatabase.open(path) as db:
-        await put(db, "http://a.example/", now=1000.0)
-    # Version 1 had no fingerprint column: make the file what version 1 wrote.
+def write_version_1(path: Path) -> None:
+    """A database file as version 1 wrote it: the records without fingerprints, no runs."""
     conn = sqlite3.connect(path)
+    conn.executescript(schema._TABLES)
     conn.execute("ALTER TABLE records DROP COLUMN fingerprint")
     conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+
+async def test_a_version_1_database_is_upgraded_with_its_records(tmp_path: Path) -> None:
+    path = tmp_path / "g.db"
+    write_version_1(path)
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "INSERT INTO records (url, soif, content_us, update_us, time_to_live, expires,"
+        " refresh_at) VALUES (?, ?, 1, 1, 10, 10, 10)",
+        ("http://a.example/", encode(record("http://a.example/"))),
+    )
+    conn.commit()
     conn.close()
 
     async with await GathererDatabase.open(path) as db:
@@ -329,5 +342,5 @@ async def test_a_version_1_database_is_upgraded_with_its_records(tmp_path: Path)
         )
         assert await db.fingerprints() == [("http://b.example/", 42)]
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    assert conn.execute("PRAGMA user_version").fetchone() == (schema.VERSION,)
     conn.close()

@@ -59,7 +59,7 @@ async def test_every_alert_has_a_passing_unit_test() -> None:
     assert all(f"alertname: {name}" in tests for name in alerts)
 
 
-@pytest.mark.parametrize("name", ["harvest-cache", "harvest-broker"])
+@pytest.mark.parametrize("name", ["harvest-cache", "harvest-broker", "harvest-gatherer"])
 async def test_every_dashboard_query_parses(tmp_path: Path, name: str) -> None:
     dashboard = json.loads((DEPLOY / "grafana" / f"{name}.json").read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
@@ -97,6 +97,9 @@ def test_example_gatherer_configuration_is_valid() -> None:
         "http://www.example.edu/",
         "ftp://ftp.example.edu/pub/docs/",
     ]
+    # Runs nightly, as harvest-gather.timer starts them; registered at the mirrors' HSR.
+    assert config.gather_interval == 86400
+    assert config.hsr.url == "http://mirror-a.example.org:8501"
 
 
 def test_the_mirror_examples_are_valid_and_agree() -> None:
