@@ -5,11 +5,12 @@ A heuristic on the lexbor tree the HTML summarizer has already parsed, so it cos
 parse (bench/README.md, "Main content", compares it with trafilatura, jusText,
 readability-lxml and resiliparse on real sites). In order:
 
-1. The page names its content: the largest of ``<main>``, ``[role=main]``,
-   ``[itemprop=articleBody]`` and ``<article>`` holding a fair share of the page's text.
+1. The page names its content: its ``<main>`` (or ``role=main``) if that holds some text,
+   else the largest ``[itemprop=articleBody]`` or ``<article>`` holding a fair share of the
+   page's text.
 2. Otherwise the frame is removed (elements that are frame by their tag, their ARIA role, or
-   their class or id, unless they hold most of the page's text) and the content is the
-   deepest element holding most of the remaining paragraph text.
+   their class or id, unless they hold most of the page's text and are not mostly links) and
+   the content is the deepest element holding most of the remaining paragraph text.
 
 Within the content the frame is removed again (a table of contents, a share bar), and so is
 anything that only decorates headings (Sphinx's pilcrow links).
@@ -22,8 +23,12 @@ from collections import Counter
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-# Elements a page marks as its content, in the order they are trusted.
-_MARKED = "main, [role=main], [itemprop=articleBody], article"
+# Elements a page marks as its content: the one it names its main content (trusted once it
+# holds some text), and articles (trusted when they hold a fair share of the page's text: an
+# <article> may be a teaser in a sidebar).
+_MAIN = "main, [role=main]"
+_MAIN_MIN_CHARS = 200
+_ARTICLES = "[itemprop=articleBody], article"
 # Elements that are frame by their tag or role wherever they are.
 _FRAME_TAGS = frozenset({"nav", "aside", "footer", "form", "dialog", "button", "select"})
 _FRAME_ROLES = frozenset(
@@ -53,19 +58,21 @@ _FRAME_WORDS = re.compile(
     r"|sphinxsidebar|sidenav|sidebarbutton|breadcrumbs?|footer|masthead|banner|cookies?"
     r"|consent|gdpr|share|sharing|social|related|advert|advertisement|ads|promo|skip"
     r"|skiplink|toolbar|pagination|pager|subscribe|newsletter|popup|modal|headerlink"
-    r"|switcher|mobile-nav|comments?)(?:$|[\s_-])",
+    r"|switcher|mobile-nav|comments?|toc)(?:$|[\s_-])",
     re.IGNORECASE,
 )
-# A marked or frame-named element holding less of the page's text than this is not content
-# (an <article> teaser in a sidebar) / is removed; one holding more is kept whatever its name
-# (a page wrapper with the class "has-sidebar").
-_MARKED_SHARE = 0.25
+# An article holding less of the page's text than this is not its content; a frame element
+# holding more is kept whatever its name or tag (a page wrapper with the class "has-sidebar",
+# an ASP.NET page inside one <form>), unless it is mostly links (a long table of contents).
+_ARTICLE_SHARE = 0.25
 _FRAME_SHARE = 0.5
+_LINK_SHARE = 0.5
 # Blocks of running text; a block shorter than this is a caption or a link, not a paragraph.
-_PARAGRAPHS = "p, pre, blockquote, dd, li, td"
+# (List items are not: nested lists make a table of contents' items long.)
+_PARAGRAPHS = "p, pre, blockquote, dd, td"
 _PARAGRAPH_CHARS = 60
 # The content is the deepest element holding this share of the paragraph text.
-_CONTENT_SHARE = 0.7
+_CONTENT_SHARE = 0.9
 _HEADINGS = "h1, h2, h3, h4, h5, h6"
 # What decorates a heading rather than being part of it: permalink marks.
 _HEADING_MARKS = "¶§#🔗 \u00a0"
@@ -112,10 +119,13 @@ def _text_length(node: LexborNode) -> int:
 
 
 def _marked(tree: LexborHTMLParser, page_chars: int) -> LexborNode | None:
-    """The element the page marks as its content, if one holds a fair share of its text."""
+    """The element the page marks as its content, if one holds enough of its text."""
+    for node in tree.css(_MAIN):
+        if _text_length(node) >= _MAIN_MIN_CHARS:
+            return node
     best: LexborNode | None = None
-    best_chars = int(page_chars * _MARKED_SHARE)
-    for node in tree.css(_MARKED):
+    best_chars = int(page_chars * _ARTICLE_SHARE)
+    for node in tree.css(_ARTICLES):
         chars = _text_length(node)
         # A larger one wins; of equal ones the first (the outer, in document order) does.
         if chars > best_chars:
@@ -131,9 +141,14 @@ def _remove_frame(scope: LexborNode, scope_chars: int) -> None:
             continue  # not frame, or inside frame already removed
         if node.tag == "header" and node.css_first("h1") is not None:
             continue
-        if _text_length(node) > limit:
+        chars = _text_length(node)
+        if chars > limit and _link_chars(node) < chars * _LINK_SHARE:
             continue
         node.decompose()
+
+
+def _link_chars(node: LexborNode) -> int:
+    return sum(_text_length(link) for link in node.css("a"))
 
 
 def _is_frame(node: LexborNode) -> bool:
