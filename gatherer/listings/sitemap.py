@@ -59,7 +59,8 @@ class _Reader:
         self.depth += 1
         namespace, _, local = name.rpartition(_SEPARATOR)
         if self.depth == 1:
-            if local not in _ENTRY_ELEMENTS or not (not namespace or "/sitemap" in namespace):
+            sitemaps_namespace = not namespace or "/sitemap" in namespace
+            if local not in _ENTRY_ELEMENTS or not sitemaps_namespace:
                 raise _Stop(ListingError("not_listing", f"root element {local!r} is no sitemap"))
             self.kind = ListingKind.SITEMAP if local == "urlset" else ListingKind.SITEMAP_INDEX
             self.namespace = namespace
