@@ -7,6 +7,12 @@ conditional fetch (through the configured cache), an unchanged result (304, same
 same MD5) refreshes the record, a changed one is summarized and stored, and 404/410 deletes it.
 A document that is another's copy (it names another canonical URL that the enumeration takes,
 or its text is a near-duplicate of a stored one's) is not stored (gatherer.duplicates).
+
+Sitemaps and feeds (``gatherer.listings``) are enumerated instead of summarized: read in a
+thread, stored as read (not as records), their entries offered with the dates they give. A
+record dated by a listing after its last check is fetched though not due; a sitemap dated by
+its index before its last check is enumerated as stored, unfetched. A root with
+``Sitemaps=yes`` also enumerates its server's robots.txt ``Sitemap:`` lines.
 """
 
 from __future__ import annotations
@@ -21,19 +27,20 @@ from posixpath import basename
 from urllib.parse import unquote, urlsplit
 
 from gatherer.archive import WarcArchive
-from gatherer.database import GathererDatabase, Stored
+from gatherer.database import GathererDatabase, Stored, StoredListing
 from gatherer.duplicates import NearDuplicates, canonical_target
-from gatherer.errors import FetchError, SummarizeError
+from gatherer.errors import FetchError, ListingError, SummarizeError
 from gatherer.essence.document import Document, Summary
 from gatherer.essence.options import EssenceOptions
 from gatherer.essence.pool import SummarizerPool
 from gatherer.fetch.dispatch import Fetchers
 from gatherer.fetch.result import Fetched, Validators
 from gatherer.frontier import Admission, Frontier, Job, Scope
+from gatherer.listings import Entry, Listing, ListingKind, decode, encode, read_listing, recognize
 from gatherer.metrics import RunStats
 from gatherer.records import Identity, Lifetimes, build, member_urls, references
-from gatherer.robots import Robots, RobotsCache, decide
-from gatherer.urls import access_method, host_key, host_port
+from gatherer.robots import Robots, RobotsCache, decide, robots_url
+from gatherer.urls import access_method, host_key, host_port, join
 from harvest_common.dns import Resolver
 from harvest_common.errors import DNSFailure
 
@@ -43,6 +50,8 @@ log = logging.getLogger(__name__)
 GONE = frozenset({404, 410})
 # A robots.txt Crawl-delay above this is read as this: a day-long delay would stall the run.
 MAX_CRAWL_DELAY = 60.0
+# Links offered between turns of the event loop: a sitemap's 50,000 take half a second.
+OFFER_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +135,7 @@ class Crawl:
             delay=max((root.scope.delay for root in roots), default=0.0),
             url_filter=None,
             host_filter=None,
+            listings=False,
         )
         for url in recheck:
             await self._add_root(Root(url, leaf), count=False)
@@ -183,49 +193,97 @@ class Crawl:
             finally:
                 # Politeness counts from the end of the contact; summarizing is not a contact.
                 self._frontier.finish(job, self._monotonic())
-            links = await self._settle(outcome, job)
+            found = await self._settle(outcome, job)
             # The document is stored: another may be fetched while names are looked up.
             holding = False
             self._in_hand -= 1
             self._wake.set()
-            await self._offer(links, job)
+            await self._offer(found, job)
+            if job.depth == 0 and not job.listed and self._frontier.scope(job).sitemaps:
+                await self._offer_robots_sitemaps(job)
         finally:
             self._in_hand -= holding
             self._running -= 1
             self._wake.set()
 
-    async def _offer(self, links: Sequence[str], job: Job) -> None:
-        """Offer a document's links in order; those on host names whose addresses Host=
-        needs follow once the names are looked up (all at once), so a slow resolver holds
-        up only them."""
+    async def _offer(self, found: Sequence[str] | Listing, job: Job) -> None:
+        """Offer a document's links, or a listing's entries, in order; those on host names
+        whose addresses Host= needs follow once the names are looked up (all at once), so a
+        slow resolver holds up only them. Long lists let the event loop turn between batches
+        and stop once the root's URL= is used up."""
+        if isinstance(found, Listing):
+            entries, listed = found.entries, found.kind.lists_listings
+        else:
+            entries, listed = tuple(map(Entry, found)), False
         waiting = []
-        for link in links:
-            host = _host(link)
+        for count, entry in enumerate(entries):
+            if count and not count % OFFER_BATCH:
+                if self._frontier.exhausted(job):
+                    # URL= is used up: the rest would be refused one by one.
+                    self.stats.admissions["url_max"] += len(entries) - count
+                    break
+                await asyncio.sleep(0)
+            host = _host(entry.url)
             if (
                 host
                 and host not in self._addresses
-                and self._frontier.needs_address(link, parent=job)
+                and self._frontier.needs_address(entry.url, parent=job, listed=listed)
             ):
-                waiting.append(link)
+                waiting.append(entry)
             else:
-                self._admit(link, job)
+                self._admit(entry, job, listed)
         if waiting:
-            await asyncio.gather(*(self._resolve(host) for host in set(map(_host, waiting))))
-            for link in waiting:
-                self._admit(link, job)
+            hosts = {_host(entry.url) for entry in waiting}
+            await asyncio.gather(*(self._resolve(host) for host in hosts))
+            for entry in waiting:
+                self._admit(entry, job, listed)
 
-    def _admit(self, link: str, job: Job) -> None:
-        admission = self._frontier.offer(link, parent=job, ip=self._addresses.get(_host(link)))
+    def _admit(self, entry: Entry, job: Job, listed: bool) -> None:
+        admission = self._frontier.offer(
+            entry.url,
+            parent=job,
+            ip=self._addresses.get(_host(entry.url)),
+            modified=entry.modified,
+            listed=listed,
+        )
         self.stats.admissions[admission.reason] += 1
 
-    async def _fetch(self, job: Job) -> Fetched | Stored | None:
-        """The fetched document, or the stored record to re-enumerate, or None (nothing)."""
+    async def _offer_robots_sitemaps(self, root: Job) -> None:
+        """The sitemaps named by the root's server's robots.txt, offered as if the root were
+        a sitemap index naming them (so they stand at its depth)."""
+        if access_method(root.url) != "HTTP":
+            return
+        robots = await self._robots_for(root.url)
+        base = robots_url(root.url)
+        named = (join(base, sitemap) for sitemap in robots.sitemaps)
+        entries = tuple(Entry(url) for url in named if url is not None)
+        if entries:
+            await self._offer(Listing(ListingKind.SITEMAP_INDEX, entries), root)
+
+    async def _fetch(self, job: Job) -> Fetched | Stored | Listing | None:
+        """The fetched document, or the stored record to re-enumerate, or the listing to
+        enumerate as stored, or None (nothing)."""
         stored = await self._db.get(job.url)
+        known = None
         refresh_all = self._settings.refresh_all
-        if stored is not None and not refresh_all and stored.refresh_at > self._clock():
-            # Not due: its links come from the record, and the server is not contacted.
-            self.stats.fresh += 1
-            return stored
+        if stored is None and self._frontier.scope(job).listings:
+            known = await self._known_listing(job.url)
+            if (
+                known is not None
+                and job.modified is not None
+                and not refresh_all
+                and not _changed(job.modified, known[0].checked)
+            ):
+                # Its index dates it before its last check: the entries are as stored.
+                self.stats.fresh += 1
+                self.stats.listings += 1
+                return known[1]
+        elif stored is not None and not refresh_all and stored.refresh_at > self._clock():
+            if not _changed(job.modified, stored.update_time):
+                # Not due: its links come from the record, and the server is not contacted.
+                self.stats.fresh += 1
+                return stored
+            self.stats.listed_changed += 1  # a listing says it changed since its last check
         if access_method(job.url) == "HTTP":
             robots = await self._robots_for(job.url)
             if not robots.allowed(job.url):
@@ -234,6 +292,8 @@ class Crawl:
         validators = None
         if stored is not None:
             validators = Validators(stored.etag, stored.last_modified, stored.md5)
+        elif known is not None:
+            validators = Validators(known[0].etag, known[0].last_modified, known[0].md5)
         try:
             fetched = await self._fetchers.fetch(
                 job.url, validators=validators, permit=lambda url: self._permit(url, job)
@@ -243,6 +303,12 @@ class Crawl:
             return None
         if fetched.not_modified:
             self.stats.not_modified += 1
+            if known is not None:
+                self.stats.listings += 1
+                await self._db.touch_listing(
+                    job.url, now=self._clock(), time_to_live=self._settings.lifetimes.time_to_live
+                )
+                return known[1]
             if stored is not None:
                 await self._refresh(stored)
             return stored
@@ -252,14 +318,39 @@ class Crawl:
             await self._archive.record(fetched)
         return fetched
 
-    async def _settle(self, outcome: Fetched | Stored | None, job: Job) -> tuple[str, ...]:
-        """Summarize and store a fetched document; the links to offer."""
+    async def _known_listing(self, url: str) -> tuple[StoredListing, Listing] | None:
+        """The sitemap or feed at ``url`` as last read, or None (never read, or its stored
+        form unreadable: then it is read again)."""
+        known = await self._db.get_listing(url)
+        if known is None:
+            return None
+        try:
+            return known, await asyncio.to_thread(decode, known.entries)
+        except ValueError as error:
+            log.warning("%s: the stored listing is unreadable, reading it again: %s", url, error)
+            return None
+
+    async def _settle(
+        self, outcome: Fetched | Stored | Listing | None, job: Job
+    ) -> tuple[str, ...] | Listing:
+        """Summarize and store a fetched document, or read a listing; the links to offer."""
         if outcome is None:
             return ()
+        if isinstance(outcome, Listing):
+            return outcome
         if not isinstance(outcome, Fetched):
             return references(outcome.record)
         fetched = outcome
         md5 = await asyncio.to_thread(_md5, fetched.content)
+        if self._frontier.scope(job).listings:
+            kind = recognize(fetched.content, fetched.content_type)
+            if kind is not None:
+                return await self._read_listing(job, fetched, kind, md5)
+            if job.listed:
+                served = fetched.content_type or "no type"
+                error = ListingError("not_listing", f"named as a sitemap, but not one ({served})")
+                self._listing_failed(fetched.url, error)
+                return ()
         stored = await self._db.get(fetched.url)
         if stored is not None and stored.md5 == md5:
             self.stats.unchanged += 1
@@ -318,6 +409,41 @@ class Crawl:
             return await self._pool.run(_document(fetched), self._settings.essence)
         finally:
             self.stats.summarize_seconds += self._monotonic() - sent
+
+    async def _read_listing(
+        self, job: Job, fetched: Fetched, kind: ListingKind, md5: str
+    ) -> Listing | tuple[str, ...]:
+        """Read a fetched sitemap or feed (in a thread: a large one takes a CPU-bound moment)
+        and store it under the URL asked for; a record made of it earlier is deleted."""
+        now = self._clock()
+        try:
+            listing = await asyncio.to_thread(
+                read_listing,
+                kind,
+                fetched.content,
+                url=fetched.url,
+                now=now,
+                content_type=fetched.content_type,
+            )
+        except ListingError as error:
+            self._listing_failed(fetched.url, error)
+            return ()
+        if listing.problem is not None:
+            self._listing_failed(fetched.url, listing.problem)  # (the entries before it count)
+        self.stats.listings += 1
+        blob = await asyncio.to_thread(encode, listing)
+        known = StoredListing(blob, md5, fetched.etag, fetched.last_modified, now)
+        time_to_live = self._settings.lifetimes.time_to_live
+        await self._db.put_listing(job.url, known, time_to_live=time_to_live)
+        stored = await self._db.get(fetched.url)
+        if stored is not None:
+            await self._delete(self._records_of(stored), now)
+        return listing
+
+    def _listing_failed(self, url: str, error: ListingError) -> None:
+        self.stats.listing_errors[error.kind] += 1
+        self.stats.failures.append((url, f"listing: {error.kind}: {error.reason}"))
+        log.warning("%s: listing: %s: %s", url, error.kind, error.reason)
 
     async def _store(
         self, fetched: Fetched, summary: Summary, md5: str, stored: Stored | None
@@ -451,6 +577,11 @@ def _host(url: str) -> str:
         return host_port(url)[0]
     except FetchError:
         return ""
+
+
+def _changed(modified: float | None, checked: float) -> bool:
+    """Does a listing date a document after its last check (at ``checked``)?"""
+    return modified is not None and modified > checked
 
 
 def _failure_kind(reason: str) -> str:

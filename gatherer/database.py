@@ -133,6 +133,21 @@ class Stored:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredListing:
+    """A sitemap or feed as last read: its entries in ``gatherer.listings``' stored form,
+    the validators and MD5 of that fetch, and when it was last checked (epoch seconds)."""
+
+    entries: bytes
+    md5: str | None
+    etag: str | None
+    last_modified: str | None
+    checked: float
+
+    def __repr__(self) -> str:
+        return f"StoredListing({len(self.entries)} bytes, checked {self.checked:.0f})"
+
+
+@dataclass(frozen=True, slots=True)
 class DatabaseStats:
     """Counts for status pages; ``last_update`` is the newest update time assigned."""
 
@@ -441,6 +456,7 @@ class _Writer:
             ]
             for url in urls:
                 self._remove(url, now)
+            conn.execute("DELETE FROM listings WHERE expires <= ?", (now,))
             cutoff = to_us(now - self._retention)
             (newest,) = conn.execute(
                 "SELECT max(deleted_us) FROM tombstones WHERE deleted_us < ?", (cutoff,)
@@ -543,6 +559,28 @@ class _Writer:
     def urls(self, table: str) -> set[str]:
         return {url for (url,) in self._conn.execute(f"SELECT url FROM {table}")}
 
+    def get_listing(self, url: str) -> StoredListing | None:
+        row = self._conn.execute(
+            "SELECT entries, md5, etag, last_modified, checked FROM listings WHERE url = ?",
+            (url,),
+        ).fetchone()
+        return None if row is None else StoredListing(*row)
+
+    def put_listing(self, url: str, listing: StoredListing, expires: float) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO listings (url, entries, md5, etag, last_modified,"
+                " checked, expires) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (url, *_listing_row(listing), expires),
+            )
+
+    def touch_listing(self, url: str, checked: float, expires: float) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "UPDATE listings SET checked = ?, expires = ? WHERE url = ?",
+                (checked, expires, url),
+            )
+
     def count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM records").fetchone()[0])
 
@@ -633,6 +671,10 @@ class _Writer:
 def _signed(value: int) -> int:
     """A 64-bit unsigned value as SQLite's signed INTEGER holds it (``& _UNSIGNED`` undoes)."""
     return value - (1 << 64) if value >> 63 else value
+
+
+def _listing_row(listing: StoredListing) -> tuple[object, ...]:
+    return (listing.entries, listing.md5, listing.etag, listing.last_modified, listing.checked)
 
 
 def _timed(record: Record, us: int, time_to_live: float, refresh_rate: float) -> Record:
@@ -777,7 +819,8 @@ class GathererDatabase:
 
     async def expire(self, now: float) -> list[str]:
         """Remove the records whose ``expires`` has come (leaving tombstones), oldest first,
-        and drop tombstones older than the retention. Returns the removed URLs."""
+        and the listings whose has, and drop tombstones older than the retention. Returns
+        the removed records' URLs."""
         return await self._call(self._writer.expire, now)
 
     async def due(self, now: float, limit: int) -> list[str]:
@@ -786,6 +829,22 @@ class GathererDatabase:
 
     async def urls(self) -> set[str]:
         return await self._call(self._writer.urls, "records")
+
+    async def get_listing(self, url: str) -> StoredListing | None:
+        """The sitemap or feed at ``url`` as last read, or None."""
+        return await self._call(self._writer.get_listing, url)
+
+    async def put_listing(self, url: str, listing: StoredListing, *, time_to_live: float) -> None:
+        """Store what was read of the sitemap or feed at ``url``, checked at
+        ``listing.checked``; it is kept ``time_to_live`` seconds (listings are never
+        exported)."""
+        expires = listing.checked + time_to_live
+        await self._call(self._writer.put_listing, url, listing, expires)
+
+    async def touch_listing(self, url: str, *, now: float, time_to_live: float) -> None:
+        """The listing at ``url`` was checked ``now`` and is unchanged: keep it
+        ``time_to_live`` seconds from now."""
+        await self._call(self._writer.touch_listing, url, now, now + time_to_live)
 
     async def count(self) -> int:
         return await self._call(self._writer.count)

@@ -6,6 +6,7 @@
     ├── ConfigError        bad configuration; ``problems`` lists each as "file:line: reason"
     ├── FetchError         a document could not be fetched; ``kind`` names why (bounded set)
     ├── UnnestError        an archive or compressed file that breaks a limit or is corrupt
+    ├── ListingError       a sitemap or feed that cannot be read; ``kind`` names why
     ├── SummarizeError     a summarizer failed, hung, crashed or ran out of memory
     └── DatabaseError      the gatherer database could not be read or written
 
@@ -13,8 +14,8 @@ Malformed SOIF is the shared codec's ``harvest_common.errors.SoifError`` (the da
 stored record that does not decode to DatabaseError).
 
 Third-party exceptions (aiohttp, aioftp, OSError, zlib/bz2/lzma/tarfile/zipfile, pypdf,
-sqlite3) are mapped to these where the fetchers, unnesting, summarizers and database call
-them; nothing matches on exception text.
+sqlite3, expat) are mapped to these where the fetchers, unnesting, listings, summarizers and
+database call them; nothing matches on exception text.
 """
 
 from __future__ import annotations
@@ -47,6 +48,19 @@ class FetchError(GathererError):
 
 class UnnestError(GathererError):
     """A nested presentation (gzip, bzip2, xz, tar, zip) that is corrupt or breaks a limit."""
+
+
+class ListingError(GathererError):
+    """A sitemap or feed that cannot be read (wholly, or past some point). ``kind`` is one of
+    a small fixed set (it labels metrics): ``malformed`` (not well-formed XML, a bad feed),
+    ``not_listing`` (named as a sitemap but something else, such as an HTML page),
+    ``too_large`` (past the uncompressed size limit), ``too_many`` (past the entry limit),
+    ``compression`` (a corrupt gzip stream)."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        self.kind = kind
+        self.reason = reason
+        super().__init__(f"{kind}: {reason}")
 
 
 class SummarizeError(GathererError):

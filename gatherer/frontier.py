@@ -7,6 +7,13 @@ job, fetches, reports ``finish(job, now)``, and sleeps until ``next_ready_at()``
 checked by the caller before offering (they need I/O); ``set_host_delay`` passes on a robots
 Crawl-delay.
 
+Listings: a sitemap or feed lists documents one link step down, like a page's links, and
+each entry's job carries the date the listing gave it (``modified``). A sitemap index is
+different: the sitemaps it names (``listed``, as are those of a robots.txt ``Sitemap:``
+line) stand at its own depth, so an index split into files costs no ``Depth=``; chains of
+indexes are bounded by ``MAX_LISTING_CHAIN`` and each root's named sitemaps by
+``MAX_LISTED``.
+
 Order: breadth first across hosts. Among the hosts free to be contacted now, the job with the
 lowest (depth, admission order) starts first.
 
@@ -31,22 +38,42 @@ from gatherer.scope import Admission, Enumeration, Scope
 from gatherer.urls import access_method, host_key, normalize
 
 # Scope and Admission live in gatherer.scope; the frontier is where callers meet them.
-__all__ = ["Admission", "Frontier", "FrontierStats", "Job", "Scope"]
+__all__ = [
+    "MAX_LISTED",
+    "MAX_LISTING_CHAIN",
+    "Admission",
+    "Frontier",
+    "FrontierStats",
+    "Job",
+    "Scope",
+]
+
+# Sitemap indexes in a row (robots.txt's Sitemap: lines count as one): sitemaps.org allows
+# none in an index, some sites nest one more.
+MAX_LISTING_CHAIN = 3
+# Sitemaps that indexes and robots.txt may name for one root (each counts toward URL= too).
+MAX_LISTED = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class Job:
     """One URL to fetch: ``depth`` link steps from root number ``root``; ``seq`` is its
-    admission order across the whole crawl."""
+    admission order across the whole crawl. ``modified``: when the sitemap or feed that
+    listed it says it last changed (epoch seconds). ``listed``: how many sitemap indexes in a
+    row named it (robots.txt counting as one); more than 0 means it must be a sitemap."""
 
     url: str
     host_key: str
     depth: int
     root: int
     seq: int
+    modified: float | None = None
+    listed: int = 0
 
     def __repr__(self) -> str:
-        return f"Job(#{self.seq} {self.url!r} depth={self.depth} root={self.root})"
+        extra = f" modified={self.modified:.0f}" if self.modified is not None else ""
+        extra += f" listed={self.listed}" if self.listed else ""
+        return f"Job(#{self.seq} {self.url!r} depth={self.depth} root={self.root}{extra})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +118,7 @@ class Frontier:
         self._per_host = connections_per_host
         self._max_connections = max_connections
         self._roots: list[Enumeration] = []
+        self._listed: list[int] = []  # sitemaps named by indexes, per root
         self._seen: set[str] = set()  # every URL admitted by any root, once
         self._slots: dict[str, _Slot] = {}
         self._robots_delay: dict[str, float] = {}
@@ -109,6 +137,7 @@ class Frontier:
         url = normalize(url)
         root = Enumeration(url, scope)
         self._roots.append(root)
+        self._listed.append(0)
         if access_method(url) is None:
             return Admission.SCHEME
         if url in self._seen:
@@ -116,11 +145,26 @@ class Frontier:
         self._queue(url, len(self._roots) - 1, 0, ip)
         return Admission.ACCEPTED
 
-    def offer(self, url: str, *, parent: Job, ip: str | None) -> Admission:
+    def offer(
+        self,
+        url: str,
+        *,
+        parent: Job,
+        ip: str | None,
+        modified: float | None = None,
+        listed: bool = False,
+    ) -> Admission:
         """Queue a link found in ``parent``'s document if its root's scope allows it.
-        ``ip`` is the host's address when known (Host= counts addresses)."""
+        ``ip`` is the host's address when known (Host= counts addresses). ``modified``: the
+        date a listing gave the link; ``listed``: the link is a sitemap named by the sitemap
+        index (or robots.txt) ``parent`` is, at ``parent``'s depth."""
         url = normalize(url)
-        depth = parent.depth + 1
+        depth = parent.depth if listed else parent.depth + 1
+        chain = parent.listed + 1 if listed else 0
+        if chain > MAX_LISTING_CHAIN:
+            return Admission.LISTING_DEPTH
+        if listed and self._listed[parent.root] >= MAX_LISTED:
+            return Admission.LISTING_MAX
         verdict = self._roots[parent.root].judge(
             url,
             seen=self._seen,
@@ -129,10 +173,11 @@ class Frontier:
             from_gopher=access_method(parent.url) == "GOPHER",
         )
         if verdict.accepted:
-            self._queue(url, parent.root, depth, ip)
+            self._listed[parent.root] += listed
+            self._queue(url, parent.root, depth, ip, modified=modified, listed=chain)
         return verdict
 
-    def needs_address(self, url: str, *, parent: Job) -> bool:
+    def needs_address(self, url: str, *, parent: Job, listed: bool = False) -> bool:
         """Would ``offer`` need the host's address to judge this link? Only for a host name
         the root has not touched yet, when every other rule lets the link in: Host= counts
         addresses, so such a name may be an alias of a host already counted. Lets the caller
@@ -145,7 +190,7 @@ class Frontier:
             url,
             seen=self._seen,
             ip=None,
-            depth=parent.depth + 1,
+            depth=parent.depth if listed else parent.depth + 1,
             from_gopher=access_method(parent.url) == "GOPHER",
         )
         return verdict in (Admission.ACCEPTED, Admission.HOST_MAX)
@@ -161,6 +206,16 @@ class Frontier:
             root.admit(url, ip=ip, counted=False)
             self._seen.add(url)
         return verdict
+
+    def scope(self, job: Job) -> Scope:
+        """The scope of the root ``job`` belongs to."""
+        return self._roots[job.root].scope
+
+    def exhausted(self, job: Job) -> bool:
+        """Has the root ``job`` belongs to generated its ``URL=`` already? Then every link
+        offered for it is refused, and a long listing need not be offered to the end."""
+        root = self._roots[job.root]
+        return root.generated >= root.scope.url_max
 
     def set_host_delay(self, host_key: str, seconds: float) -> None:
         """A robots.txt Crawl-delay for a host: its delay becomes at least ``seconds``
@@ -244,12 +299,21 @@ class Frontier:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _queue(self, url: str, root_index: int, depth: int, ip: str | None) -> None:
+    def _queue(
+        self,
+        url: str,
+        root_index: int,
+        depth: int,
+        ip: str | None,
+        *,
+        modified: float | None = None,
+        listed: int = 0,
+    ) -> None:
         root = self._roots[root_index]
         root.admit(url, ip=ip)
         self._seen.add(url)
         self._seq += 1
-        job = Job(url, host_key(url), depth, root_index, self._seq)
+        job = Job(url, host_key(url), depth, root_index, self._seq, modified, listed)
         slot = self._slots.get(job.host_key)
         if slot is None:
             slot = self._slots[job.host_key] = _Slot(job.host_key)

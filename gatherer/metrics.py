@@ -53,7 +53,10 @@ class RunStats:
     robots.txt refused; fetch_errors / summarize_errors: failures by kind; admissions: the
     frontier's answers to offered links by reason; bytes: content bytes fetched;
     summarize_seconds: time documents spent with the summarizer pool (a wait for a free
-    worker included).
+    worker included); listings: sitemaps and feeds enumerated (read, or unchanged and taken
+    as stored); listed_changed: records fetched before they were due because a listing dated
+    them after their last check; listing_errors: sitemaps and feeds unreadable, wholly or in
+    part, by kind.
     """
 
     started: float = 0.0
@@ -72,14 +75,21 @@ class RunStats:
     queued: int = 0
     active: int = 0
     hosts: int = 0
+    listings: int = 0
+    listed_changed: int = 0
     fetch_errors: Counter[str] = field(default_factory=Counter)
     summarize_errors: Counter[str] = field(default_factory=Counter)
     admissions: Counter[str] = field(default_factory=Counter)
+    listing_errors: Counter[str] = field(default_factory=Counter)
     failures: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=RECENT_FAILURES))
 
     @property
     def errors(self) -> int:
-        return sum(self.fetch_errors.values()) + sum(self.summarize_errors.values())
+        return (
+            sum(self.fetch_errors.values())
+            + sum(self.summarize_errors.values())
+            + sum(self.listing_errors.values())
+        )
 
     @property
     def visited(self) -> int:
@@ -107,10 +117,17 @@ class RunStats:
             f" duplicates {self.duplicates}, robots denied {self.robots_denied},"
             f" hosts {self.hosts}",
         ]
+        if self.listings or self.listed_changed:
+            out.append(
+                f"sitemaps and feeds {self.listings}, fetched early by their dates"
+                f" {self.listed_changed}"
+            )
         if self.fetch_errors:
             out.append("fetch errors: " + _counts(self.fetch_errors))
         if self.summarize_errors:
             out.append("summarize errors: " + _counts(self.summarize_errors))
+        if self.listing_errors:
+            out.append("sitemap and feed errors: " + _counts(self.listing_errors))
         if self.admissions:
             out.append("links: " + _counts(self.admissions))
         return out
@@ -149,9 +166,24 @@ _COUNTERS = (
         "duplicates",
         "Documents not stored: copies of another (a canonical URL elsewhere, a near-duplicate).",
     ),
+    (
+        "listings",
+        "listings",
+        "Sitemaps and feeds enumerated: read, or unchanged and taken as stored.",
+    ),
+    (
+        "listed_changed",
+        "listed_changed",
+        "Records fetched before they were due: a sitemap or feed dated them after their last"
+        " check.",
+    ),
 )
 # Counters by kind: (RunStats field, the ``stage`` label of harvest_gatherer_errors_total).
-_ERRORS = (("fetch_errors", "fetch"), ("summarize_errors", "summarize"))
+_ERRORS = (
+    ("fetch_errors", "fetch"),
+    ("summarize_errors", "summarize"),
+    ("listing_errors", "listing"),
+)
 
 
 def counts(stats: RunStats) -> dict[tuple[str, str], float]:
@@ -184,7 +216,7 @@ def families(report: GatherReport, *, now: float, interval: float, version: str)
     ]
     errors = CounterMetricFamily(
         "harvest_gatherer_errors",
-        "Documents that failed, by stage (fetch, summarize) and kind.",
+        "Documents that failed, by stage (fetch, summarize, listing: a sitemap or feed) and kind.",
         labels=["stage", "kind"],
     )
     for name, stage in _ERRORS:

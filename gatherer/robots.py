@@ -1,5 +1,5 @@
 """robots.txt as RFC 9309 reads it: the rules for one user agent, the fetch outcome table,
-and a cache of host verdicts.
+and a cache of host verdicts; and the sitemaps its ``Sitemap:`` lines name.
 
 Matching (groups by product token, longest match, Allow winning ties, ``*`` and ``$``) is
 Protego's; this module decides what a fetch outcome means (section 2.3.1), caps what is parsed
@@ -16,11 +16,16 @@ from protego import Protego
 from gatherer.urls import origin
 
 PARSE_LIMIT = 500 * 1024  # RFC 9309 section 2.5: parse at least 500 KiB, we parse exactly that
+# Sitemap: lines kept from one robots.txt (sitemaps.org allows 50,000 in a sitemap index).
+MAX_SITEMAPS = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class Robots:
     """One host's robots rules for one user agent (``rules`` None: ``default`` for all).
+
+    ``sitemaps``: the URLs of its ``Sitemap:`` lines (for every user agent: they stand
+    outside the groups), in order, each once, at most ``MAX_SITEMAPS``.
 
     Parsed rules compare by identity (Protego has no equality); the blanket verdicts compare
     by value, so ``decide(404, b"", ua) == Robots.allow_all()``.
@@ -30,6 +35,7 @@ class Robots:
     user_agent: str
     crawl_delay: float | None = None
     default: bool = True
+    sitemaps: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, body: bytes, user_agent: str) -> Robots:
@@ -40,7 +46,8 @@ class Robots:
             line_end = max(body.rfind(b"\n", 0, PARSE_LIMIT), body.rfind(b"\r", 0, PARSE_LIMIT))
             body = body[: line_end + 1]  # no line end at all: no whole line, no rules
         rules = Protego.parse(body.decode("utf-8-sig", errors="replace"))
-        return cls(rules, user_agent, rules.crawl_delay(user_agent))
+        sitemaps = tuple(dict.fromkeys(rules.sitemaps))[:MAX_SITEMAPS]
+        return cls(rules, user_agent, rules.crawl_delay(user_agent), sitemaps=sitemaps)
 
     @classmethod
     def allow_all(cls) -> Robots:
@@ -59,7 +66,8 @@ class Robots:
     def __repr__(self) -> str:
         if self.rules is None:
             return "Robots(allow all)" if self.default else "Robots(disallow all)"
-        return f"Robots(rules for {self.user_agent!r}, crawl_delay={self.crawl_delay})"
+        sitemaps = f", {len(self.sitemaps)} sitemaps" if self.sitemaps else ""
+        return f"Robots(rules for {self.user_agent!r}, crawl_delay={self.crawl_delay}{sitemaps})"
 
 
 def decide(status: int | None, body: bytes, user_agent: str) -> Robots:

@@ -48,12 +48,14 @@ def scope_of(node: RootNode) -> Scope:
         delay=node.delay,
         url_filter=node.url_filter.allows if node.url_filter is not None else None,
         host_filter=node.host_filter.allows if node.host_filter is not None else None,
+        sitemaps=node.sitemaps,
     )
 
 
 def leaf_scope(delay: float) -> Scope:
-    """A leaf is fetched and summarized alone: one URL, no links followed."""
-    return Scope(url_max=1, host_max=1, depth=1, access=ALL_METHODS, delay=delay)
+    """A leaf is fetched and summarized alone: one URL, no links followed; a sitemap or feed
+    too (enumerating one from its entries is what RootNodes are for)."""
+    return Scope(url_max=1, host_max=1, depth=1, access=ALL_METHODS, delay=delay, listings=False)
 
 
 async def expand(config: GathererConfig) -> list[Root]:

@@ -12,6 +12,9 @@ received" compares the very value it was sent. Scheduling times (``expires``,
                 near-duplicate fingerprint (a SimHash, stored as a signed 64-bit integer)
     manual      url → a hand-written SOIF record, merged over the generated one on export
     tombstones  url → when it was deleted (kept for incremental exports)
+    listings    url → a sitemap's or feed's entries as last read (gatherer.listings' stored
+                form), its validators, when it was last checked and when it expires; never
+                exported (version 4)
     meta        'clock' (the last update time assigned), 'horizon' (the newest tombstone
                 ever dropped: incremental exports from before it are incomplete),
                 'created' (when the database was made, or brought to version 2)
@@ -29,7 +32,7 @@ from pathlib import Path
 from gatherer.errors import DatabaseError
 from harvest_common import sqlite
 
-VERSION = 3
+VERSION = 4
 
 _TABLES = """
 CREATE TABLE records (
@@ -88,17 +91,30 @@ CREATE TABLE run_counts (
     PRIMARY KEY (run, name, kind)
 );
 """
+# Sitemaps and feeds as last read (version 4).
+_LISTINGS = """
+CREATE TABLE listings (
+    url           TEXT PRIMARY KEY,
+    entries       BLOB NOT NULL,
+    md5           TEXT,
+    etag          TEXT,
+    last_modified TEXT,
+    checked       REAL NOT NULL,
+    expires       REAL NOT NULL
+)
+"""
 
 
 def _statements(script: str) -> list[str]:
     return [statement for statement in script.split(";") if statement.strip()]
 
 
-_CREATE = _statements(_TABLES + _RUNS)
+_CREATE = [*_statements(_TABLES + _RUNS), _LISTINGS]
 # What takes a file of version n to n + 1.
 _UPGRADES = {
     1: _statements(_RUNS),
     2: ["ALTER TABLE records ADD COLUMN fingerprint INTEGER"],  # near-duplicates (version 3)
+    3: [_LISTINGS],  # sitemaps and feeds (version 4)
 }
 
 

@@ -30,6 +30,10 @@ class Scope:
     ``delay``: seconds between contacts to one server.
     ``url_filter`` gets the path and query, ``host_filter`` gets "host:port"; each returns True
     to allow.
+    ``sitemaps``: the sitemaps named by the ``Sitemap:`` lines of the root's server's
+    robots.txt are enumerated too (``Sitemaps=yes``).
+    ``listings``: a sitemap or feed reached is enumerated from its entries rather than
+    summarized (False for leaves, which are summarized alone, whatever they are).
     """
 
     url_max: int = 250
@@ -39,6 +43,8 @@ class Scope:
     delay: float = 1.0
     url_filter: Callable[[str], bool] | None = None
     host_filter: Callable[[str], bool] | None = None
+    sitemaps: bool = False
+    listings: bool = True
 
     def __post_init__(self) -> None:
         # Caller bugs, not configuration errors: the config loader reports bad values with
@@ -51,11 +57,13 @@ class Scope:
             )
 
     def __repr__(self) -> str:
-        filters = [name for name in ("url_filter", "host_filter") if getattr(self, name)]
+        flags = [name for name in ("url_filter", "host_filter", "sitemaps") if getattr(self, name)]
+        if not self.listings:
+            flags.append("no listings")
         return (
             f"Scope(URL={self.url_max}, Host={self.host_max}, Depth={self.depth}, "
             f"Access={'|'.join(sorted(self.access))}, Delay={self.delay:g}"
-            + "".join(f", {name}" for name in filters)
+            + "".join(f", {name}" for name in flags)
             + ")"
         )
 
@@ -72,6 +80,9 @@ class Admission(enum.Enum):
     HOST_FILTER = "host_filter"
     SCHEME = "scheme"
     GOPHER_CROSS_METHOD = "gopher_cross_method"
+    # Sitemaps named by sitemap indexes: too deep a chain of indexes, or too many for a root.
+    LISTING_DEPTH = "listing_depth"
+    LISTING_MAX = "listing_max"
 
     @property
     def accepted(self) -> bool:

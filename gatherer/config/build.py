@@ -305,6 +305,7 @@ ROOT_OPTIONS: dict[str, tuple[Kind, Check]] = {
     "delay": (Kind.NUMBER, _at_least(0)),
     "depth": (Kind.INT, _at_least(0)),
     "enumeration": (Kind.COMMAND, _tuple),
+    "sitemaps": (Kind.FLAG, _keep),
 }
 
 _INVALID: Any = object()  # what a value that failed its check becomes (it was reported)

@@ -37,8 +37,9 @@ _OPTIONS = {
     "delay": ("delay",),
     "depth": ("depth",),
     "enumeration": ("enumeration",),
+    "sitemaps": ("sitemaps",),
 }
-_OPTION_NAMES = "URL=, Host=, Access=, Delay=, Depth= or Enumeration="
+_OPTION_NAMES = "URL=, Host=, Access=, Delay=, Depth=, Enumeration= or Sitemaps="
 
 # The Enumeration program's output fields after the URL, and the names they go by.
 _ENUMERATION_FIELDS = (

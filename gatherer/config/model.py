@@ -69,6 +69,7 @@ class RootNode:
     ``delay``: seconds between contacts with one server.
     ``depth``: most link steps from the root (0: unlimited).
     ``enumeration``: a program (argv) reading URLs and writing enumeration lines, or None.
+    ``sitemaps``: also enumerate the sitemaps named by the root's server's robots.txt.
     ``source``: ``file:line`` (or ``file: key.path``) it was configured at; not compared.
     """
 
@@ -81,6 +82,7 @@ class RootNode:
     delay: float = 1.0
     depth: int = 0
     enumeration: tuple[str, ...] | None = None
+    sitemaps: bool = False
     source: str = field(default="", compare=False)
 
     def __repr__(self) -> str:

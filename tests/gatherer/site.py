@@ -1,10 +1,11 @@
 """A realistic little web site served on loopback for the gatherer's tests.
 
 Nested pages, robots.txt, a redirect, a 404, a slow page, a huge page, malformed HTML, a
-binary, a .tar.gz, a PDF and an image; ETag / Last-Modified validators with 304 answers. Pages
+binary, a .tar.gz, a PDF and an image; ETag / Last-Modified validators with 304 answers.
+Sitemaps, sitemap indexes and RSS and Atom feeds are made by ``sitemap`` and ``feed``. Pages
 can be changed and removed between gathering runs; every request is logged with its headers
-and monotonic arrival time, so tests can check politeness, conditional requests and the cache's
-``Via``.
+and monotonic arrival time, so tests can check politeness, conditional requests and the
+cache's ``Via``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hashlib
 import io
 import tarfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -29,6 +31,39 @@ def page(title: str, body: str, *, links: tuple[str, ...] = (), head: str = "") 
         f"<!doctype html><html><head><title>{title}</title>{head}</head>"
         f"<body><h1>{title}</h1><p>{body}</p><ul>{anchors}</ul></body></html>"
     ).encode()
+
+
+def sitemap(entries: Sequence[tuple[str, str | None]], *, index: bool = False) -> bytes:
+    """A sitemap (or with ``index`` a sitemap index) of (location, lastmod or None)."""
+    root, item = ("sitemapindex", "sitemap") if index else ("urlset", "url")
+    body = "".join(
+        f"<{item}><loc>{loc}</loc>"
+        + (f"<lastmod>{lastmod}</lastmod>" if lastmod else "")
+        + f"</{item}>\n"
+        for loc, lastmod in entries
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<{root} xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n{body}</{root}>\n'
+    ).encode()
+
+
+def feed(title: str, items: Sequence[tuple[str, str | None]], *, atom: bool = False) -> bytes:
+    """An RSS 2.0 feed, or with ``atom`` an Atom 1.0 feed, of (link, date or None): an RSS
+    pubDate is an RFC 822 date, an Atom updated date RFC 3339."""
+    if atom:
+        head = f'<feed xmlns="http://www.w3.org/2005/Atom"><title>{title}</title><id>urn:t</id>'
+        item, date_tag = '<entry><id>{0}</id><link href="{0}"/>{1}</entry>', "updated"
+        tail = "</feed>"
+    else:
+        head = f'<rss version="2.0"><channel><title>{title}</title>'
+        item, date_tag = "<item><link>{0}</link>{1}</item>", "pubDate"
+        tail = "</channel></rss>"
+    body = "".join(
+        item.format(link, f"<{date_tag}>{date}</{date_tag}>" if date else "")
+        for link, date in items
+    )
+    return f'<?xml version="1.0"?>{head}{body}{tail}'.encode()
 
 
 def tar_gz(members: dict[str, bytes]) -> bytes:

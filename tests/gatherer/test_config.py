@@ -16,7 +16,7 @@ from gatherer.config import (
     load,
     parse_enumeration_line,
 )
-from gatherer.config.build import HEADERS, MIB
+from gatherer.config.build import HEADERS, MIB, ROOT_OPTIONS
 from gatherer.errors import ConfigError
 from gatherer.essence.options import DEFAULT_STOPLIST, EssenceOptions
 from gatherer.filters import DEFAULT_URL_FILTER, load_filter
@@ -291,6 +291,8 @@ def test_sections_in_either_order(tmp_path: Path) -> None:
         pytest.param(
             "Enumeration=my-enum.pl", RootNode("http://h/", enumeration=("my-enum.pl",)), id="enum"
         ),
+        pytest.param("Sitemaps=YES", RootNode("http://h/", sitemaps=True), id="sitemaps"),
+        pytest.param("sitemaps=no", RootNode("http://h/"), id="no-sitemaps"),
     ],
 )
 def test_root_options(tmp_path: Path, options: str, expected: RootNode) -> None:
@@ -517,8 +519,10 @@ ERROR_CASES = [
         "unknown-option",
         "<RootNodes>\nhttp://h/ Dept=1 Depth\n</RootNodes>\n",
         [
-            "2: unknown option 'Dept=1' (use URL=, Host=, Access=, Delay=, Depth= or Enumeration=)",
-            "2: unknown option 'Depth' (use URL=, Host=, Access=, Delay=, Depth= or Enumeration=)",
+            "2: unknown option 'Dept=1' (use URL=, Host=, Access=, Delay=, Depth=, Enumeration= "
+            "or Sitemaps=)",
+            "2: unknown option 'Depth' (use URL=, Host=, Access=, Delay=, Depth=, Enumeration= "
+            "or Sitemaps=)",
         ],
     ),
     (
@@ -528,13 +532,14 @@ ERROR_CASES = [
     ),
     (
         "bad-option-values",
-        "<RootNodes>\nhttp://h/ URL=0 Host=x Delay=-1 Depth=1.5 URL=\n</RootNodes>\n",
+        "<RootNodes>\nhttp://h/ URL=0 Host=x Delay=-1 Depth=1.5 URL= Sitemaps=1\n</RootNodes>\n",
         [
             "2: URL= repeats URL=",
             "2: URL=: must be at least 1, got 0",
             "2: Host=: expected a whole number, got 'x'",
             "2: Delay=: expected a number, got '-1'",
             "2: Depth=: expected a whole number, got '1.5'",
+            "2: Sitemaps=: expected yes or no, got '1'",
         ],
     ),
     (
@@ -640,8 +645,8 @@ def test_all_problems_come_together_in_line_order(tmp_path: Path) -> None:
     assert problems_of(tmp_path, text) == [
         f"{path}:1: Gatherer-Port: expected a whole number, got 'x'",
         f"{path}:2: unknown header 'Bogus'",
-        f"{path}:4: unknown option 'Foo=1' (use URL=, Host=, Access=, Delay=, Depth= or "
-        "Enumeration=)",
+        f"{path}:4: unknown option 'Foo=1' (use URL=, Host=, Access=, Delay=, Depth=, "
+        "Enumeration= or Sitemaps=)",
         f"{path}:4: Depth=: expected a whole number, got 'x'",
         f"{path}:6: a second <RootNodes> section (the first is at line 3)",
     ]
@@ -682,7 +687,7 @@ Members-As-Records: no
 FTP-Login: ftp.example.com me secret
 FTP-Login: ftp2.example.com you other
 <RootNodes>
-http://www.example.com/ URL=100,F Host=3,/dev/null Access=HTTP|FTP Delay=5 Depth=2
+http://www.example.com/ URL=100,F Host=3,/dev/null Access=HTTP|FTP Delay=5 Depth=2 Sitemaps=yes
 ftp://ftp.example.com/pub/ Enumeration=enum.pl
 |sites.pl --all Depth=1 URL=50
 </RootNodes>
@@ -724,6 +729,7 @@ host_filter = "/dev/null"
 access = ["HTTP", "FTP"]
 delay = 5
 depth = 2
+sitemaps = true
 
 [[root_nodes]]
 url = "ftp://ftp.example.com/pub/"
@@ -752,6 +758,7 @@ def test_toml_form_equals_harvest_form(tmp_path: Path) -> None:
         access=frozenset({"HTTP", "FTP"}),
         delay=5.0,
         depth=2,
+        sitemaps=True,
     )
     # Leaves are in file order, whatever the form: URLs, then programs in TOML.
     assert toml.leaf_nodes == (
@@ -809,6 +816,11 @@ TOML_ERROR_CASES = [
     ("negative-int", "unnest_max_depth = -1\n", ["unnest_max_depth: must be at least 0, got -1"]),
     ("nan", "fetch_timeout = nan\n", ["fetch_timeout: expected a number, got nan"]),
     ("string-for-flag", "full_text = 'yes'\n", ["full_text: expected yes or no, got 'yes'"]),
+    (
+        "string-for-sitemaps",
+        "[[root_nodes]]\nurl = 'http://h/'\nsitemaps = 'yes'\n",
+        ["root_nodes[0].sitemaps: expected yes or no, got 'yes'"],
+    ),
     (
         "empty-string",
         "gatherer_name = ''\n",
@@ -917,6 +929,7 @@ def test_docs_describe_every_header_in_both_forms() -> None:
     missing = [
         h.name for h in HEADERS if f"`{h.name}`" not in docs or f"`{h.toml_key}`" not in docs
     ]
+    missing += [key for key in ROOT_OPTIONS if f"`{key}`" not in docs]
     assert missing == []
 
 
@@ -928,4 +941,4 @@ def test_docs_examples_load_and_agree(tmp_path: Path) -> None:
     (tmp_path / "campus" / "url-filter").write_text(MY_FILTER)
     from_harvest = load_text(tmp_path, harvest)
     assert load_text(tmp_path, toml, "gatherer.toml") == from_harvest
-    assert (len(from_harvest.root_nodes), len(from_harvest.leaf_nodes)) == (4, 2)
+    assert (len(from_harvest.root_nodes), len(from_harvest.leaf_nodes)) == (5, 2)

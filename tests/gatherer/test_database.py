@@ -1,4 +1,5 @@
-"""The gatherer database: stored records, the update-time clock, tombstones, manual records."""
+"""The gatherer database: stored records, the update-time clock, tombstones, manual records,
+stored listings."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gatherer import schema
-from gatherer.database import DAY, GathererDatabase, Stored
+from gatherer.database import DAY, GathererDatabase, Stored, StoredListing
 from gatherer.errors import DatabaseError
 from harvest_common.soif import Record, encode
 
@@ -31,6 +32,15 @@ async def put(db: GathererDatabase, url: str, now: float, title: str = "T") -> f
         time_to_live=TTL,
         refresh_rate=RATE,
     )
+
+
+def alter(path: Path, *statements: str) -> None:
+    """Change the database file behind the gatherer's back, as damage or an old version would."""
+    conn = sqlite3.connect(path)
+    for statement in statements:
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
 
 
 async def stored(db: GathererDatabase, url: str) -> Stored:
@@ -239,21 +249,40 @@ async def test_opening_a_directory_is_a_database_error(tmp_path: Path) -> None:
 async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "g.db"
     await (await GathererDatabase.open(path)).close()
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 99")
-    conn.close()
+    alter(path, "PRAGMA user_version = 99")
     with pytest.raises(DatabaseError, match="schema version 99"):
         await GathererDatabase.open(path)
+
+
+async def test_listings_are_stored_apart_touched_and_expired(tmp_path: Path) -> None:
+    async with await GathererDatabase.open(tmp_path / "g.db") as db:
+        url = "http://a.example/sitemap.xml"
+        assert await db.get_listing(url) is None
+        first = StoredListing(b"entries", "md5-1", '"e1"', "Mon, 02 Nov 2026 10:00:00 GMT", 10.0)
+        await db.put_listing(url, first, time_to_live=TTL)
+        assert await db.get_listing(url) == first
+        # Never a record: not counted, not exported, not due.
+        assert (await db.stats()).records == 0
+        assert await db.urls() == set()
+        assert await db.due(1e12, 10) == []
+        await db.touch_listing(url, now=500.0, time_to_live=TTL)
+        touched = await db.get_listing(url)
+        assert touched is not None
+        assert (touched.entries, touched.etag, touched.checked) == (b"entries", '"e1"', 500.0)
+        second = StoredListing(b"other", None, None, None, 600.0)
+        await db.put_listing(url, second, time_to_live=TTL)
+        assert await db.get_listing(url) == second
+        assert await db.expire(600.0 + TTL - 1) == []
+        assert await db.get_listing(url) == second
+        await db.expire(600.0 + TTL)
+        assert await db.get_listing(url) is None
 
 
 async def test_a_damaged_stored_record_is_a_database_error(tmp_path: Path) -> None:
     path = tmp_path / "g.db"
     async with await GathererDatabase.open(path) as db:
         await put(db, "http://a.example/", now=1.0)
-        conn = sqlite3.connect(path)
-        conn.execute("UPDATE records SET soif = x'00ff'")
-        conn.commit()
-        conn.close()
+        alter(path, "UPDATE records SET soif = x'00ff'")
         with pytest.raises(DatabaseError, match=r"stored record for http://a\.example/"):
             await db.get("http://a.example/")
 
@@ -306,7 +335,8 @@ async def test_fingerprints_are_kept_as_unsigned_64_bit_values(db: GathererDatab
 
 
 def write_version_1(path: Path) -> None:
-    """A database file as version 1 wrote it: the records without fingerprints, no runs."""
+    """A database file as version 1 wrote it: the records without fingerprints, no runs, no
+    listings."""
     conn = sqlite3.connect(path)
     conn.executescript(schema._TABLES)
     conn.execute("ALTER TABLE records DROP COLUMN fingerprint")
@@ -341,6 +371,9 @@ async def test_a_version_1_database_is_upgraded_with_its_records(tmp_path: Path)
             fingerprint=42,
         )
         assert await db.fingerprints() == [("http://b.example/", 42)]
+        listing = StoredListing(b"x", None, None, None, 2.0)
+        await db.put_listing("http://a.example/feed", listing, time_to_live=TTL)
+        assert await db.get_listing("http://a.example/feed") == listing
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone() == (schema.VERSION,)
     conn.close()

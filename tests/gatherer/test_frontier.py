@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gatherer.frontier import Admission, Frontier, Job, Scope
+from gatherer.frontier import MAX_LISTED, MAX_LISTING_CHAIN, Admission, Frontier, Job, Scope
 
 ALL = frozenset({"HTTP", "FTP", "GOPHER", "FILE"})
 
@@ -244,6 +244,90 @@ def test_a_url_is_gathered_once_across_roots() -> None:
     frontier.finish(second, 0.0)
     assert drain(frontier) == ["http://c/shared"]
     assert frontier.stats().generated == (2, 1)
+
+
+# -- listings -------------------------------------------------------------------------------
+
+
+def test_listing_entries_carry_their_dates_one_step_down() -> None:
+    frontier = Frontier()
+    feed = started(frontier, "http://a/feed.xml", Scope(delay=0, depth=1))
+    dated = frontier.offer("http://a/post.html", parent=feed, ip=None, modified=1700000000.0)
+    assert dated.accepted
+    assert frontier.offer("http://a/old.html", parent=feed, ip=None).accepted
+    frontier.finish(feed, 0.0)
+    post = frontier.take(0.0)
+    assert post is not None
+    frontier.finish(post, 0.0)
+    old = frontier.take(0.0)
+    assert old is not None
+    assert (post.url, post.depth, post.modified, post.listed) == (
+        "http://a/post.html",
+        1,
+        1700000000.0,
+        0,
+    )
+    assert old.modified is None
+    # Depth=1: the entries' own links are a step too far.
+    assert frontier.offer("http://a/next.html", parent=post, ip=None) is Admission.DEPTH
+
+
+def test_sitemaps_named_by_an_index_stand_at_its_depth() -> None:
+    frontier = Frontier()
+    root = started(frontier, "http://a/", Scope(delay=0, depth=1))
+    # robots.txt's Sitemap: lines, as if the root were an index.
+    sitemap_index = descend_listed(frontier, root, "http://a/index.xml")
+    assert (sitemap_index.depth, sitemap_index.listed) == (0, 1)
+    sitemap = descend_listed(frontier, sitemap_index, "http://a/pages.xml")
+    assert (sitemap.depth, sitemap.listed) == (0, 2)
+    page = descend(frontier, sitemap, "http://a/page.html")
+    assert (page.depth, page.listed) == (1, 0)
+
+
+def test_chains_of_sitemap_indexes_are_bounded() -> None:
+    frontier = Frontier()
+    job = started(frontier, "http://a/", Scope(delay=0))
+    for n in range(MAX_LISTING_CHAIN):
+        job = descend_listed(frontier, job, f"http://a/index{n}.xml")
+    assert job.listed == MAX_LISTING_CHAIN
+    verdict = frontier.offer("http://a/deeper.xml", parent=job, ip=None, listed=True)
+    assert verdict is Admission.LISTING_DEPTH
+    # A page the last index lists (wrongly) is still a page one step down.
+    assert frontier.offer("http://a/page.html", parent=job, ip=None).accepted
+
+
+def test_sitemaps_named_for_one_root_are_bounded() -> None:
+    frontier = Frontier()
+    index = started(frontier, "http://a/index.xml", Scope(delay=0, url_max=MAX_LISTED + 10))
+    other = started(frontier, "http://b/index.xml", Scope(delay=0))
+    for n in range(MAX_LISTED):
+        assert frontier.offer(f"http://a/{n}.xml", parent=index, ip=None, listed=True).accepted
+    verdict = frontier.offer("http://a/more.xml", parent=index, ip=None, listed=True)
+    assert verdict is Admission.LISTING_MAX
+    assert frontier.offer("http://a/page.html", parent=index, ip=None).accepted
+    # Each root has its own count.
+    assert frontier.offer("http://b/1.xml", parent=other, ip=None, listed=True).accepted
+
+
+def test_a_root_is_exhausted_once_url_max_is_generated() -> None:
+    frontier = Frontier()
+    root = started(frontier, "http://a/", Scope(delay=0, url_max=3))
+    assert not frontier.exhausted(root)
+    assert frontier.offer("http://a/1", parent=root, ip=None).accepted
+    assert not frontier.exhausted(root)
+    assert frontier.offer("http://a/2", parent=root, ip=None, listed=True).accepted
+    assert frontier.exhausted(root)
+    assert frontier.offer("http://a/3", parent=root, ip=None) is Admission.URL_MAX
+
+
+def descend_listed(frontier: Frontier, parent: Job, url: str) -> Job:
+    """Offer ``url`` as a sitemap ``parent`` names, finish the parent and start ``url``."""
+    assert frontier.offer(url, parent=parent, ip=None, listed=True).accepted
+    frontier.finish(parent, 0.0)
+    job = frontier.take(10.0)
+    assert job is not None
+    assert job.url == url
+    return job
 
 
 # -- redirects ------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gatherer.robots import PARSE_LIMIT, Robots, RobotsCache, decide, robots_url
+from gatherer.robots import MAX_SITEMAPS, PARSE_LIMIT, Robots, RobotsCache, decide, robots_url
 
 # RFC 9309 section 5.1.
 RFC_EXAMPLE = b"""\
@@ -163,6 +163,20 @@ def test_a_rule_cut_by_the_limit_is_not_read_short() -> None:
 def test_no_whole_line_within_the_limit_means_no_rules() -> None:
     body = b"#" * PARSE_LIMIT + b"\nUser-Agent: *\nDisallow: /\n"
     assert Robots.parse(body, "h").allowed("http://h/y")
+
+
+def test_sitemap_lines_in_order_each_once_for_every_agent() -> None:
+    body = (
+        b"Sitemap: http://h/one.xml\n"
+        b"User-agent: other\nDisallow: /\nsitemap:  http://h/two.xml.gz \n"
+        b"User-agent: *\nDisallow: /private/\nSITEMAP: http://h/one.xml\n"
+    )
+    robots = Robots.parse(body, "HarvestGatherer")
+    assert robots.sitemaps == ("http://h/one.xml", "http://h/two.xml.gz")
+    assert not robots.allowed("http://h/private/x")
+    assert Robots.allow_all().sitemaps == ()
+    many = b"".join(b"Sitemap: http://h/%d.xml\n" % n for n in range(MAX_SITEMAPS + 10))
+    assert len(Robots.parse(many, "h").sitemaps) == MAX_SITEMAPS
 
 
 def test_old_mac_line_ends_are_line_ends() -> None:
