@@ -27,9 +27,10 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from gatherer.essence.document import Document, Parts
 from gatherer.essence.fingerprint import fingerprint
 from gatherer.essence.options import EssenceOptions
-from gatherer.essence.summarizers import content, metadata
+from gatherer.essence.summarizers.content import headings, main_node
 from gatherer.essence.summarizers.keywords import extract as extract_keywords
 from gatherer.essence.summarizers.language import detect as detect_language
+from gatherer.essence.summarizers.metadata import read as read_metadata
 from gatherer.essence.summarizers.text_tools import attributes, collapse, decode, utf8_prefix
 
 # The HTML standard looks for a charset declaration in the first 1024 bytes only.
@@ -79,31 +80,31 @@ def summarize(document: Document, options: EssenceOptions) -> Parts:
     data = document.content
     text = decode(data, document.charset, _declared_charset(data[:_PRESCAN_BYTES]))
     tree = LexborHTMLParser(_shallow(text))
-    meta = metadata.read(tree)  # before scripts go: JSON-LD is a script
+    meta = read_metadata(tree)  # before scripts go: JSON-LD is a script
     resolver = _resolver(tree, document.url)
     links = () if meta.nofollow else _links(tree, resolver)  # noscript links count too
     title_node = tree.css_first(_TITLE)
     title = collapse(title_node.text()) if title_node is not None else ""
     tree.strip_tags(_INVISIBLE, recursive=True)
-    main = content.main_node(tree)
+    main = main_node(tree)
     # A separator between text nodes never glues two words together; the price is a space
     # before punctuation that follows markup ("see <a>this</a>, then" -> "this , then").
     main_text = collapse(main.text(separator=" ")) if main is not None else ""
-    headings = content.headings(main) if main is not None else []
+    main_headings = headings(main) if main is not None else []
     language = meta.languages[0] if meta.languages else detect_language(main_text)
     found = meta.keywords or extract_keywords(
         main_text, language, min(options.max_keywords, _EXTRACTED_KEYWORDS)
     )
     return Parts(
         attributes=attributes(
-            ("Title", title or _first(meta.titles) or _first(headings)),
+            ("Title", title or _first(meta.titles) or _first(main_headings)),
             ("Author", "\n".join(meta.authors)),
             ("Description", _first(meta.descriptions)),
             ("Keywords", "\n".join(found)),
             ("Language", language),
             ("Date-Published", _first(meta.published)),
             ("Date-Modified", _first(meta.modified)),
-            ("Headings", "\n".join(headings)),
+            ("Headings", "\n".join(main_headings)),
             ("URL-References", "\n".join(links)),
             ("Abstract", utf8_prefix(main_text, options.abstract_bytes)),
             ("Full-Text", main_text if options.full_text else ""),
