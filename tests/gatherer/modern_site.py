@@ -1,14 +1,15 @@
 """A web site shaped like today's, for the summaries' tests: every page framed by navigation,
 sidebars, footers and a cookie banner, with metadata in each of the ways pages state it
 (``<meta>``, OpenGraph, JSON-LD, microdata), a page with none at all, two copies of one text
-under different frames, and a printable copy that names its canonical URL.
+under different frames, a printable copy that names its canonical URL, and pages reached only
+through the sitemap index its robots.txt names or through its news feed.
 
 Each page's expected summary is written next to it, from the page itself.
 """
 
 from __future__ import annotations
 
-from tests.gatherer.site import Site
+from tests.gatherer.site import Site, feed, sitemap
 
 HTML = "text/html; charset=utf-8"
 
@@ -225,16 +226,17 @@ HOME = """<!doctype html>
 <ul>
 <li><a href="/print/harvest-history.html">The history of Harvest (printable)</a></li>
 <li><a href="/articles/caching.html">How object caches work</a></li>
-<li><a href="/guide/microdata.html">Writing a gatherer configuration</a></li>
-<li><a href="/bare.html">Sammler und Vermittler</a></li>
+<li><a href="/feed.xml">News feed</a></li>
 <li><a href="/mirror-one/manual.html">Mirrored manual</a></li>
 <li><a href="/mirror-two/manual.html">Mirrored manual (second mirror)</a></li>
 </ul></body></html>"""
 
 
 def modern_site() -> Site:
-    """The site; its home page links to every page, the history article only through its
-    printable copy (so the article is reached by its canonical URL alone)."""
+    """The site. Its home page links to the history article only through its printable copy
+    (so the article is reached by its canonical URL alone); the guide is listed only in the
+    sitemap its robots.txt names (through a sitemap index), the German page only in the news
+    feed the home page links to."""
     site = Site()
     docs = site.documents
     docs["/"] = (HTML, HOME.encode())
@@ -247,7 +249,22 @@ def modern_site() -> Site:
     return site
 
 
-def add_printable(site: Site) -> None:
-    """The printable copy, which names the article by an absolute URL on the site's port."""
+def add_listed(site: Site) -> None:
+    """What names absolute URLs on the site's port: the printable copy, robots.txt, the
+    sitemaps and the feed."""
     host = f"127.0.0.1:{site.port}"
-    site.documents["/print/harvest-history.html"] = (HTML, PRINTABLE.replace("HOST", host).encode())
+    docs = site.documents
+    docs["/print/harvest-history.html"] = (HTML, PRINTABLE.replace("HOST", host).encode())
+    docs["/robots.txt"] = ("text/plain", f"Sitemap: {site.url('/sitemap-index.xml')}\n".encode())
+    docs["/sitemap-index.xml"] = (
+        "application/xml",
+        sitemap([(site.url("/sitemap-guides.xml"), "2026-11-01")], index=True),
+    )
+    docs["/sitemap-guides.xml"] = (
+        "application/xml",
+        sitemap([(site.url("/guide/microdata.html"), "2025-12-24")]),
+    )
+    docs["/feed.xml"] = (
+        "application/atom+xml",
+        feed("Gazette news", [(site.url("/bare.html"), "2026-11-30T08:00:00Z")], atom=True),
+    )

@@ -10,7 +10,7 @@ import pytest
 
 from gatherer.runner import gather
 from tests.gatherer import modern_site
-from tests.gatherer.modern_site import add_printable
+from tests.gatherer.modern_site import add_listed
 from tests.gatherer.site import Site
 from tests.gatherer.test_gather import MakeCache, records, write_config
 
@@ -19,7 +19,7 @@ from tests.gatherer.test_gather import MakeCache, records, write_config
 async def site() -> AsyncIterator[Site]:
     s = modern_site.modern_site()
     await s.start()
-    add_printable(s)
+    add_listed(s)
     yield s
     await s.stop()
 
@@ -33,7 +33,9 @@ async def test_a_modern_site_is_summarized_field_by_field(
     tmp_path: Path, site: Site, make_cache: MakeCache
 ) -> None:
     cache = await make_cache()
-    config = await write_config(tmp_path, site.url("/"), proxy=f"127.0.0.1:{cache.address[1]}")
+    config = await write_config(
+        tmp_path, site.url("/"), proxy=f"127.0.0.1:{cache.address[1]}", options="Sitemaps=yes"
+    )
     stats = await gather(config)
     got = await records(config)
 
@@ -52,6 +54,9 @@ async def test_a_modern_site_is_summarized_field_by_field(
     }
     assert stats.duplicates == 2
     assert "/articles/harvest-history.html" in site.paths()  # reached by its canonical URL
+    # The guide is reached through robots.txt's sitemap index, the German page through the
+    # feed; sitemaps and feeds are enumerated, not stored.
+    assert {"/sitemap-index.xml", "/sitemap-guides.xml", "/feed.xml"} <= set(site.paths())
 
     # JSON-LD (the article's, not the organization's), <meta> and the page's language; the
     # headings and the abstract of the article alone, without banner, navigation, table of
