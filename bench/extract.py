@@ -170,23 +170,21 @@ def truth_of(html: str, site: Site) -> Truth | None:
 
 
 def _in_main(node: LexborNode, main_ids: set[int], cut_ids: set[int]) -> bool:
-    walk: LexborNode | None = node
-    while walk is not None:
-        if walk.mem_id in cut_ids:
-            return False
-        if walk.mem_id in main_ids:
-            return True
-        walk = walk.parent
-    return False
+    return _nearest(node, main_ids | cut_ids) in main_ids
 
 
 def _outermost(node: LexborNode, cut_ids: set[int]) -> bool:
-    walk = node.parent
+    return node.parent is None or _nearest(node.parent, cut_ids) is None
+
+
+def _nearest(node: LexborNode, ids: set[int]) -> int | None:
+    """The id of ``node`` or of its nearest ancestor whose id is in ``ids``."""
+    walk: LexborNode | None = node
     while walk is not None:
-        if walk.mem_id in cut_ids:
-            return False
+        if walk.mem_id in ids:
+            return walk.mem_id
         walk = walk.parent
-    return True
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,13 +351,20 @@ BUILTIN = {
 
 
 def candidate(spec: str) -> Candidate:
-    """A built-in candidate by name, or ``module:function`` / ``path/to/file.py:function``;
-    harvest's own (under ``gatherer.``) shares the summarizer's lexbor parse."""
+    """A built-in candidate by name, ``harvest`` (the summarizer's own heuristic, which shares
+    its lexbor parse), or ``module:function`` / ``path/to/file.py:function``."""
     if spec in BUILTIN:
         return BUILTIN[spec]
+    if spec in ("harvest", HARVEST):
+        return Candidate("harvest", _imported(HARVEST), "lexbor")
     where, _, function = spec.rpartition(":")
     if not where or not function:
         raise base.BenchError(f"--candidate {spec}: expected module:function")
+    return Candidate(spec, _imported(spec), "its own")
+
+
+def _imported(spec: str) -> Callable[[], Extract]:
+    where, _, function = spec.rpartition(":")
 
     def load() -> Extract:
         if where.endswith(".py"):
@@ -374,8 +379,7 @@ def candidate(spec: str) -> Candidate:
         extract: Extract = getattr(module, function)
         return extract
 
-    parser = "lexbor" if where.startswith("gatherer.") else "its own"
-    return Candidate(spec, load, parser)
+    return load
 
 
 def harvest_importable() -> bool:
@@ -489,7 +493,7 @@ def measure(spec: str, pages: list[Page], repeats: int, seconds: float, workdir:
         outcome.cpu_ns[index].append(line["cpu_ns"])
         outcome.wall_ns[index].append(line["wall_ns"])
     if status == "ok" and None in outcome.texts:
-        status = f"stopped at its --seconds limit after {outcome.texts.index(None)} pages"
+        outcome.status = f"stopped at its --seconds limit after {outcome.texts.index(None)} pages"
     return outcome
 
 
@@ -700,7 +704,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--sites: known sites are {', '.join(sorted(names))}")
     specs = list(BUILTIN) if args.only is None else args.only.split(",")
     if not args.only and harvest_importable():
-        specs.append(HARVEST)
+        specs.append("harvest")
     args.specs = list(dict.fromkeys(specs + args.candidate))
     return args
 
@@ -719,9 +723,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     samples = [sample(site, args.pages, args.seed) for site in args.site_list]
     pages = [page for s in samples for page in s.pages]
-    for s in samples:
-        kib = statistics.fmean(p.size for p in s.pages) / 1024 if s.pages else 0
-        base.say(f"{s.site.name} ({s.site.generator}): {len(s.pages)} pages, {kib:.0f} KiB mean")
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {
@@ -747,6 +748,9 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "candidates": {},
     }
+    for site in report["sites"]:
+        size = f"{site['pages']} pages, {site['kib_mean']:.0f} KiB mean"
+        base.say(f"{site['name']} ({site['generator']}): {size}")
     # The shared parse first, so that the others' extra cost over it can be reported.
     cands.sort(key=lambda c: c.name != "parse-lexbor")
     shared: dict[str, Any] | None = None
