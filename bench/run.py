@@ -358,18 +358,7 @@ def ensure_tools(names: list[str]) -> dict[str, str]:
     """Install missing tools with apt-get (``apt-get update`` once first); return their paths."""
     missing = [n for n in names if find_tool(n) is None]
     if missing:
-        if os.geteuid() != 0:
-            raise BenchError(f"missing {', '.join(missing)}; install them or run as root")
-        packages = sorted({PACKAGES[n] for n in missing})
-        say(f"installing {' '.join(packages)} with apt-get ...")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, timeout=600)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
-            check=True,
-            env=env,
-            timeout=1200,
-        )
+        apt_install(sorted({PACKAGES[n] for n in missing}), what=", ".join(missing))
     paths = {}
     for n in names:
         p = find_tool(n)
@@ -377,6 +366,22 @@ def ensure_tools(names: list[str]) -> dict[str, str]:
             raise BenchError(f"{n} is still missing after apt-get install")
         paths[n] = p
     return paths
+
+
+def apt_install(packages: list[str], what: str) -> None:
+    """Install Debian ``packages`` with apt-get (``apt-get update`` first); ``what`` names what
+    is missing, for the error when not root."""
+    if os.geteuid() != 0:
+        raise BenchError(f"missing {what}; install them or run as root")
+    say(f"installing {' '.join(packages)} with apt-get ...")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, timeout=600)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+        check=True,
+        env=env,
+        timeout=1200,
+    )
 
 
 def version_of(argv: list[str], any_status: bool = False) -> str:
