@@ -58,7 +58,7 @@ _FRAME_WORDS = re.compile(
     r"|sphinxsidebar|sidenav|sidebarbutton|breadcrumbs?|footer|masthead|banner|cookies?"
     r"|consent|gdpr|share|sharing|social|related|advert|advertisement|ads|promo|skip"
     r"|skiplink|toolbar|pagination|pager|subscribe|newsletter|popup|modal|headerlink"
-    r"|switcher|mobile-nav|comments?|toc)(?:$|[\s_-])",
+    r"|switcher|mobile-nav|comments?|toc|tagline)(?:$|[\s_-])",
     re.IGNORECASE,
 )
 # An article holding less of the page's text than this is not its content; a frame element
