@@ -17,7 +17,7 @@ from aiohttp import web
 
 from broker import web as page
 from broker.api.params import BadRequest, flag, integer
-from broker.federation import Answer, Asked, FederatedPage
+from broker.federation import Answer, FederatedPage, Ranked
 from broker.federation.merge import MAX_RESULTS
 from broker.metrics import BrokerMetrics
 from broker.search import Page, Result
@@ -58,7 +58,7 @@ def page_json(page_: Page) -> dict[str, Any]:
     }
 
 
-def _broker(broker: Asked) -> dict[str, Any]:
+def _broker(broker: Ranked) -> dict[str, Any]:
     return {"name": broker.name, "url": broker.url}
 
 

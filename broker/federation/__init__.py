@@ -4,14 +4,13 @@ and a federated search asks the chosen ones at once and merges their answers (cl
 merge)."""
 
 from broker.federation.client import Federation
-from broker.federation.merge import Answer, Asked, FederatedPage, Merged, html_parts
+from broker.federation.merge import Answer, FederatedPage, Merged, html_parts
 from broker.federation.route import Candidate, Ranked, rank
 from broker.federation.summaries import SummaryKeeper, SummaryStats
 from broker.federation.summary import ContentSummary, SummaryFormatError, from_record
 
 __all__ = [
     "Answer",
-    "Asked",
     "Candidate",
     "ContentSummary",
     "FederatedPage",

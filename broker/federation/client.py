@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from contextlib import AsyncExitStack
-from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -31,7 +29,6 @@ from broker.errors import FederationError
 from broker.federation.merge import (
     MAX_RESULTS,
     Answer,
-    Asked,
     FederatedPage,
     MalformedAnswer,
     chosen,
@@ -39,6 +36,7 @@ from broker.federation.merge import (
     route_answer,
     search_answer,
 )
+from broker.federation.route import Ranked
 from broker.query import describe, parse
 from harvest_common.cache_client import request_class
 
@@ -69,31 +67,24 @@ class Federation:
         self._proxy = broker.proxy if settings.via_proxy else None
         self._hsr = hsr
         self._session: aiohttp.ClientSession | None = None
-        self._stack = AsyncExitStack()
 
     def __repr__(self) -> str:
         via = f" via {self._proxy}" if self._proxy else ""
         return f"Federation({self._settings.brokers} brokers at most{via})"
 
     async def __aenter__(self) -> Federation:
-        self._session = await self._stack.enter_async_context(
-            aiohttp.ClientSession(
-                request_class=request_class(self._https_via_proxy),
-                headers={"User-Agent": self._user_agent, "Accept": "application/json"},
-                # The search's deadline bounds every request (asyncio.timeout_at below).
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
+        self._session = aiohttp.ClientSession(
+            request_class=request_class(self._https_via_proxy),
+            headers={"User-Agent": self._user_agent, "Accept": "application/json"},
+            # The search's deadline bounds every request (asyncio.timeout_at below).
+            timeout=aiohttp.ClientTimeout(total=None),
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._session = None
-        await self._stack.aclose()
+    async def __aexit__(self, *_: object) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     async def search(
         self, text: str, *, limit: int, offset: int = 0, case_sensitive: bool = False
@@ -117,7 +108,7 @@ class Federation:
             ]
         return merged_page(describe(node), [t.result() for t in asking], offset, limit)
 
-    async def _route(self, text: str, deadline: float) -> list[Asked]:
+    async def _route(self, text: str, deadline: float) -> list[Ranked]:
         url = f"{self._hsr().rstrip('/')}/api/hsr/route"
         params = {"q": text, "limit": str(self._settings.brokers)}
         try:
@@ -129,7 +120,7 @@ class Federation:
         except (_Refused, MalformedAnswer) as error:
             raise FederationError(f"cannot route the query: {url}: {error}") from None
 
-    async def _ask(self, broker: Asked, params: dict[str, str], deadline: float) -> Answer:
+    async def _ask(self, broker: Ranked, params: dict[str, str], deadline: float) -> Answer:
         """One broker's answer; never raises (what went wrong is the answer's outcome)."""
         loop = asyncio.get_running_loop()
         started = loop.time()

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.federation.route import Ranked
 from broker.search import Result
 from broker.snippets import END, START
 
@@ -35,25 +36,11 @@ _MARK = re.compile(r"(</?mark>)")
 
 
 @dataclass(frozen=True, slots=True)
-class Asked:
-    """A broker a query is sent to, as the HSR ranked it."""
-
-    url: str
-    name: str
-    estimate: float
-    evidence: bool
-    reason: str
-
-    def __repr__(self) -> str:
-        return f"Asked({self.name!r} at {self.url})"
-
-
-@dataclass(frozen=True, slots=True)
 class Answer:
     """What came of asking one broker: its results (``answered``), nothing in time
     (``late``) or an error (``failed``, ``error`` says what)."""
 
-    broker: Asked
+    broker: Ranked
     outcome: Outcome
     seconds: float
     total: int = 0
@@ -68,8 +55,8 @@ class Merged:
 
     result: Result
     score: float
-    broker: Asked
-    also: tuple[Asked, ...] = ()
+    broker: Ranked
+    also: tuple[Ranked, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +153,7 @@ def search_answer(answer: Any) -> tuple[int, tuple[Result, ...]]:
     return total, tuple(_result(item) for item in results)
 
 
-def route_answer(answer: Any) -> list[Asked]:
+def route_answer(answer: Any) -> list[Ranked]:
     """The brokers of the HSR's ``/api/hsr/route`` JSON, best first; MalformedAnswer when
     it is not one."""
     brokers = answer.get("brokers") if isinstance(answer, Mapping) else None
@@ -179,11 +166,15 @@ def route_answer(answer: Any) -> list[Asked]:
         url = _text(item, "url", empty=False)
         if not url.startswith(("http://", "https://")):
             raise MalformedAnswer(f"a broker's URL must be http:// or https://, got {url[:80]!r}")
+        documents = item.get("documents")
+        if isinstance(documents, bool) or not isinstance(documents, int) or documents < 0:
+            raise MalformedAnswer("a broker's documents must be a whole number")
         out.append(
-            Asked(
+            Ranked(
                 url=url,
                 name=_text(item, "name"),
                 estimate=_number(item.get("estimate"), "estimate"),
+                documents=documents,
                 evidence=item["evidence"],
                 reason=_text(item, "reason"),
             )
@@ -191,14 +182,14 @@ def route_answer(answer: Any) -> list[Asked]:
     return out
 
 
-def chosen(ranked: Sequence[Asked], most: int) -> list[Asked]:
+def chosen(ranked: Sequence[Ranked], most: int) -> list[Ranked]:
     """The brokers to ask: up to ``most`` of those whose summaries hold a word of the
     query, or when none does (summaries list only the commonest words), the first ``most``."""
     telling = [b for b in ranked if b.evidence]
     return list((telling or list(ranked))[:most])
 
 
-def _weights(asked: Sequence[Asked]) -> dict[str, float]:
+def _weights(asked: Sequence[Ranked]) -> dict[str, float]:
     """Each broker's estimate as a weight in [0, 1] among those asked (log-scaled: one
     broker with ten times the matches is not ten times the better source)."""
     logs = {b.url: math.log1p(max(0.0, b.estimate)) for b in asked}
@@ -214,7 +205,7 @@ def merged_page(query: str, answers: Sequence[Answer], offset: int, limit: int) 
     weights = _weights([a.broker for a in answers])
     order = {a.broker.url: n for n, a in enumerate(answers)}
     best: dict[str, Merged] = {}
-    others: dict[str, list[Asked]] = {}
+    others: dict[str, list[Ranked]] = {}
     answered = [a for a in answers if a.outcome == "answered"]
     for answer in answered:
         scores = [r.score for r in answer.results]

@@ -9,7 +9,6 @@ import pytest
 
 from broker.federation.merge import (
     Answer,
-    Asked,
     MalformedAnswer,
     chosen,
     html_parts,
@@ -18,12 +17,13 @@ from broker.federation.merge import (
     route_answer,
     search_answer,
 )
+from broker.federation.route import Ranked
 from broker.search import Result
 from broker.web import marked_html
 
-A = Asked("http://a.example/", "A", 100.0, True, "about 100")
-B = Asked("http://b.example/", "B", 1.0, True, "about 1")
-C = Asked("http://c.example/", "C", 0.0, False, "none")
+A = Ranked("http://a.example/", "A", 100.0, 400, True, "about 100")
+B = Ranked("http://b.example/", "B", 1.0, 10, True, "about 1")
+C = Ranked("http://c.example/", "C", 0.0, 50, False, "none")
 
 
 def result(url: str, score: float) -> Result:
@@ -121,12 +121,20 @@ def test_an_answer_that_is_no_search_page_is_refused(answer: Any) -> None:
 
 
 def test_a_route_is_read_and_its_urls_checked() -> None:
-    broker = {"url": "http://a/", "name": "A", "estimate": 3, "evidence": True, "reason": "r"}
-    assert route_answer({"brokers": [broker]}) == [Asked("http://a/", "A", 3.0, True, "r")]
+    broker = {
+        "url": "http://a/",
+        "name": "A",
+        "estimate": 3,
+        "documents": 9,
+        "evidence": True,
+        "reason": "r",
+    }
+    assert route_answer({"brokers": [broker]}) == [Ranked("http://a/", "A", 3.0, 9, True, "r")]
     for bad in (
         {"brokers": [{**broker, "url": "javascript:alert(1)"}]},
         {"brokers": [{**broker, "evidence": "yes"}]},
         {"brokers": [{**broker, "estimate": None}]},
+        {"brokers": [{**broker, "documents": -1}]},
         {"brokers": None},
         None,
     ):
