@@ -82,6 +82,7 @@ class SummaryKeeper:
         self.version = 0
         self._published = asyncio.Event()
         self._made: float | None = None
+        self._seen = (0, 0)  # (objects, last change) the summary was made from
         self._seconds = 0.0
         self._refreshes = 0
         self._failures = 0
@@ -112,10 +113,14 @@ class SummaryKeeper:
         )
 
     async def refresh(self) -> ContentSummary:
-        """Make the summary from the registry now, and publish it if it changed."""
-        started = time.perf_counter()
+        """Make the summary from the registry now, and publish it if it changed; unless no
+        object outside the excluded collection changed since the last one was made (an HSR
+        that registers itself is told of every registration it receives)."""
         registry = self._registry
-        documents = await registry.count() - await registry.count(self._excluded)
+        documents, seq = await registry.outside(self._excluded)
+        if self._made is not None and (documents, seq) == self._seen:
+            return self.summary
+        started = time.perf_counter()
         share = min(1.0, self._sample / documents) if documents else 1.0
         counts = Counts(Analyzer().tokens)
         after = ""
@@ -126,6 +131,7 @@ class SummaryKeeper:
             await asyncio.to_thread(_count, counts, page)
             after = page[-1][0]
         summary = await asyncio.to_thread(counts.summary, documents)
+        self._seen = (documents, seq)
         self._made = time.time()
         self._seconds = time.perf_counter() - started
         self._refreshes += 1

@@ -27,6 +27,7 @@ from broker.registry.objects import (
     collection_cursor,
     collection_states,
     count_objects,
+    count_outside,
     get_object,
     get_objects,
     objects_by_url,
@@ -205,6 +206,11 @@ class Registry:
     async def count(self, collection: str | None = None) -> int:
         """How many objects the registry holds, or ``collection`` holds."""
         return await self._reader.call(count_objects, collection)
+
+    async def outside(self, collection: str) -> tuple[int, int]:
+        """How many objects are held outside ``collection``, and the seq of the last change
+        among them (an upsert or a removal; 0 for none)."""
+        return await self._reader.call(count_outside, collection)
 
     async def sample(
         self, share: float, *, after: str = "", limit: int, excluding: str = ""

@@ -136,6 +136,11 @@ def sample_objects(
     return [(key, load(key, blob)) for key, blob in store.conn.execute(schema.SAMPLE, params)]
 
 
+def count_outside(store: Store, excluded: str) -> tuple[int, int]:
+    count, seq = store.conn.execute(schema.OUTSIDE, {"excluded": excluded}).fetchone()
+    return int(count), int(seq)
+
+
 def all_oids(store: Store) -> set[str]:
     return {key for (key,) in store.conn.execute(schema.ALL_OIDS)}
 

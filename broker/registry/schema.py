@@ -262,6 +262,12 @@ SELECT o.oid, r.soif
  ORDER BY o.oid
  LIMIT :limit
 """
+# The objects outside a collection and their last change (an upsert or a removal).
+OUTSIDE = """
+SELECT (SELECT count(*) FROM objects WHERE collection != :excluded),
+       max((SELECT coalesce(max(seq), 0) FROM objects WHERE collection != :excluded),
+           (SELECT coalesce(max(seq), 0) FROM tombstones WHERE collection != :excluded))
+"""
 COUNT_ALL = "SELECT count(*) FROM objects"
 COUNT_COLLECTION = "SELECT count(*) FROM objects WHERE collection = ?"
 ALL_OIDS = "SELECT oid FROM objects"

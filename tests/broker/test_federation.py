@@ -127,10 +127,17 @@ async def test_the_route_ranks_first_the_broker_whose_content_the_query_is_about
         bad = await get_json(session, f"{hsr.url}/api/hsr/route", 400, params={"q": "a AND"})
         assert bad["position"] == 2
         await get_json(session, f"{hsr.url}/api/hsr/route", 400, params={"q": "x", "limit": "0"})
-    # The HSR's registrations are not content: its own summary would hold none.
+    # The HSR's registrations are not content: its own summary would hold none, and is not
+    # made again for a new one.
     keeper = SummaryKeeper(hsr.registry, hsr.changed, delay=1, sample=100, excluded=COLLECTION)
     assert (await keeper.refresh()).documents == 0
     assert await hsr.registry.count(COLLECTION) == 3
+    await register(hsr.url, server_record("cache", name="c", host="c.example", port=1), session)
+    await keeper.refresh()
+    assert keeper.stats().refreshes == 1
+    await load(hsr, "own", MUSIC[:2])
+    assert (await keeper.refresh()).documents == 2
+    assert keeper.stats().refreshes == 2
 
 
 async def test_the_summary_follows_the_collections_and_renews_the_registration_at_once(
