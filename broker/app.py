@@ -1,9 +1,12 @@
 """A running broker: the registry and index opened from the configuration, collections pulled
 on their schedules into the registry and from there into the index, garbage collected
-periodically, and the HTTP API and search page served.
+periodically, and the HTTP API and search page served. With ``[hsr] url`` set it keeps a
+summary of its content current and stays registered at the HSR with it; it answers federated
+searches by asking the brokers the HSR picks.
 
 Everything long-lived is owned by one exit stack; ``stop`` (or leaving ``async with``) ends the
-scheduler, the collector, the web server, the index and the registry, in that order.
+registration, the summary, federated searches, the scheduler, the collector, the web server,
+the index and the registry, in that order.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from broker.api import make_app
 from broker.collector import Collector, PullResult
 from broker.config import INDEX_DIR, REGISTRY_FILE, Config
 from broker.errors import BrokerError, IndexNotReady
+from broker.federation import FederatedPage, Federation, SummaryKeeper
+from broker.hsr import COLLECTION as HSR_COLLECTION
 from broker.index.tantivy_engine import TantivyIndex
 from broker.registry import Registry
 from broker.scheduler import Scheduler
@@ -27,12 +32,17 @@ from broker.search import Page, Searcher
 from broker.services import ChangeSignal, Settings
 from broker.stats import BrokerStats, GcStats, IndexStats
 from broker.sync import IndexSync, Reconciled
+from harvest_common import hsr_client
 from harvest_common.lifecycle import Owned
 from harvest_common.software import software_version
 from harvest_common.tasks import TaskSet, running
 from harvest_common.web_site import listening
 
 log = logging.getLogger(__name__)
+
+PROG = "harvest-broker"  # how its registration names the software
+# Where a broker listening on every address is reached from its own host.
+_LOOPBACK = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
 
 # A background index catch-up waits until no change came for CATCH_UP_DELAY seconds, or
 # CATCH_UP_MAX seconds at most.
@@ -54,6 +64,8 @@ class Broker(Owned):
         self.sync: IndexSync
         self.searcher: Searcher
         self.scheduler: Scheduler | None = None  # made after the web server is up
+        self.summaries: SummaryKeeper | None = None  # kept when registered at an HSR
+        self.federation = Federation(config.federation, config.broker, self._hsr_url)
         self.address: tuple[str, int] = ("", 0)
         self._changes = asyncio.Lock()  # one writer of the index at a time
         # Set once the index holds the registry's objects (at once, unless it is new).
@@ -74,6 +86,17 @@ class Broker(Owned):
         settings = self.config.broker
         return settings.member or f"{socket.gethostname()}:{settings.listen.port}"
 
+    @property
+    def url(self) -> str:
+        """Where this broker answers, from its own host."""
+        host, port = self.address
+        host = _LOOPBACK.get(host, host)
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    def _hsr_url(self) -> str:
+        """The HSR that routes federated searches: configured, or this broker."""
+        return self.config.federation.hsr or self.config.hsr.url or self.url
+
     @classmethod
     async def start(cls, config: Config) -> Broker:
         return await cls(config)._opened()
@@ -92,6 +115,7 @@ class Broker(Owned):
         self.index = await stack.enter_async_context(await TantivyIndex.open(directory / INDEX_DIR))
         self.sync = IndexSync(self.registry, self.index)
         self.searcher = Searcher(self.registry, self.index)
+        await stack.enter_async_context(self.federation)
         if not self.index.unfilled or not await self.registry.count():
             # Before answering: the backlog a crash may have left (a new index of an empty
             # registry has nothing to fill).
@@ -112,7 +136,32 @@ class Broker(Owned):
             Scheduler(collector, self.config.collections, self._pulled)
         )
         await stack.enter_async_context(self._collecting_garbage())
+        if self.config.hsr.url is not None:
+            await self._register(stack)
         log.info("broker %s listening on %s:%d", self.config.broker.name, *self.address)
+
+    async def _register(self, stack: contextlib.AsyncExitStack) -> None:
+        """Keep the content summary current, and the broker registered at its HSR with it."""
+        federation = self.config.federation
+        self.summaries = SummaryKeeper(
+            self.registry,
+            self.changed,
+            delay=federation.summary_delay,
+            sample=federation.summary_sample,
+            excluded=HSR_COLLECTION,
+        )
+        await stack.enter_async_context(self.summaries.keeping())
+        version = f"{PROG} {await asyncio.to_thread(software_version)}"
+        await stack.enter_async_context(
+            hsr_client.registered(
+                self.config.hsr,
+                "broker",
+                self.config.broker.name,
+                self.address,
+                version,
+                live=self.summaries,
+            )
+        )
 
     async def _pulled(self, result: PullResult) -> None:
         await self.catch_up()
@@ -134,6 +183,14 @@ class Broker(Owned):
         if not self.index_ready.is_set():
             raise IndexNotReady(self.index_state())
         return await self.searcher.search(
+            text, limit=limit, offset=offset, case_sensitive=case_sensitive
+        )
+
+    async def federated_search(
+        self, text: str, *, limit: int, offset: int = 0, case_sensitive: bool = False
+    ) -> FederatedPage:
+        """``Federation.search``: the merged page from the brokers the HSR picks."""
+        return await self.federation.search(
             text, limit=limit, offset=offset, case_sensitive=case_sensitive
         )
 
@@ -167,6 +224,7 @@ class Broker(Owned):
             ),
             pulls=statuses,
             gc=GcStats(self.gc_runs, self.gc_failures, self.gc_last),
+            summary=None if self.summaries is None else self.summaries.stats(),
         )
 
     async def catch_up(self) -> int:

@@ -4,7 +4,8 @@ and print the configuration reference.
 ::
 
     harvest-broker serve CONFIG
-    harvest-broker query [--url URL] [--limit N] [--offset N] [--case] [--json] QUERY
+    harvest-broker query [--url URL] [--limit N] [--offset N] [--case] [--federated] [--json]
+                         QUERY
     harvest-broker collect [-c CONFIG] [--url URL] [--token T] [--full] [--offline] [NAME...]
     harvest-broker register --hsr URL --type TYPE --name N --host H --port P [...]
     harvest-broker config-reference
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import html
 import json
 import logging
 import re
@@ -36,10 +36,11 @@ import aiohttp
 import uvloop
 
 from broker import hsr
-from broker.app import Broker
+from broker.app import PROG, Broker
 from broker.collector import Collector
 from broker.config import INDEX_DIR, REGISTRY_FILE, Config, load, reference
 from broker.errors import BrokerError, CollectError, ConfigError
+from broker.federation import html_parts
 from broker.index.tantivy_engine import TantivyIndex
 from broker.registry import Registry
 from broker.sync import IndexSync
@@ -48,13 +49,11 @@ from harvest_common.errors import HsrClientError
 from harvest_common.software import software_version
 from harvest_common.stopping import stop_signal
 
-PROG = "harvest-broker"
 DEFAULT_URL = "http://127.0.0.1:8501"
 BOLD, PLAIN = "\x1b[1m", "\x1b[0m"
 # Characters never printed from a remote answer: C0 and C1 controls (an object's title could
 # otherwise move the cursor or retitle the terminal), except tab and newline.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_MARK = re.compile(r"(</?mark>)")
 
 
 def _fail(message: str) -> None:
@@ -100,6 +99,11 @@ def parser() -> argparse.ArgumentParser:
     query.add_argument("--limit", type=_count, default=10, help="results to show (default 10)")
     query.add_argument("--offset", type=_count, default=0, help="results to skip")
     query.add_argument("--case", action="store_true", help="case-sensitive matching")
+    query.add_argument(
+        "--federated",
+        action="store_true",
+        help="ask the brokers the broker's HSR picks, and merge their results",
+    )
     query.add_argument("--json", action="store_true", help="print the API's JSON answer")
     query.add_argument(
         "--color",
@@ -189,11 +193,7 @@ def _config(path: Path) -> Config:
 
 async def _serve(config: Config) -> int:
     async with await Broker.start(config) as broker:
-        version = f"{PROG} {await asyncio.to_thread(software_version)}"
-        async with hsr_client.registered(
-            config.hsr, "broker", config.broker.name, broker.address, version
-        ):
-            await _serving(config, broker)
+        await _serving(config, broker)
     return 0
 
 
@@ -215,12 +215,8 @@ def _clean(text: str) -> str:
 def _terminal(snippet_html: str, bold: bool) -> str:
     """An API snippet (escaped text, <mark> around matches) for a terminal."""
     out = []
-    marked = False
-    for piece in _MARK.split(snippet_html):
-        if piece in ("<mark>", "</mark>"):
-            marked = piece == "<mark>"
-            continue
-        text = _clean(html.unescape(piece))
+    for piece, marked in html_parts(snippet_html):
+        text = _clean(piece)
         out.append(f"{BOLD}{text}{PLAIN}" if marked and bold and text else text)
     return "".join(out)
 
@@ -246,9 +242,23 @@ def print_results(answer: dict[str, Any], bold: bool) -> None:
         print(f"\n{number}. {BOLD}{title}{PLAIN}" if bold else f"\n{number}. {title}")
         print(f"   {_clean(result['url'])}")
         print(f"   {_clean(result['template'])} from {_clean(result['gatherer'])}")
+        if "broker" in result:
+            also = "".join(f", also {_clean(b['name'])}" for b in result["also"])
+            print(f"   at {_clean(result['broker']['name'])}{also}")
         for snippet in result["snippets"]:
             attribute = _clean(snippet["attribute"])
             print(f"   {attribute}: {_terminal(snippet['html'], bold)}")
+
+
+def print_brokers(answer: dict[str, Any]) -> None:
+    """What each broker a federated search asked did."""
+    print("\nbrokers asked:" if answer["brokers"] else "\nthe HSR knows no broker to ask")
+    for broker in answer["brokers"]:
+        where = f"{_clean(broker['name'])} ({_clean(broker['url'])})"
+        if broker["outcome"] == "answered":
+            print(f"  {where}: {broker['total']} results in {broker['seconds']:.2f} s")
+        else:
+            print(f"  {where}: {broker['outcome']}, {_clean(str(broker['error']))}")
 
 
 async def _query(args: argparse.Namespace) -> int:
@@ -257,6 +267,7 @@ async def _query(args: argparse.Namespace) -> int:
         "limit": str(max(1, args.limit)),
         "offset": str(args.offset),
         "case": "1" if args.case else "0",
+        "federated": "1" if args.federated else "0",
     }
     url = args.url.rstrip("/") + "/api/search"
     try:
@@ -282,6 +293,8 @@ async def _query(args: argparse.Namespace) -> int:
         return 0
     bold = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     print_results(answer, bold)
+    if args.federated:
+        print_brokers(answer)
     return 0
 
 

@@ -1,10 +1,10 @@
 """The broker's configuration: frozen dataclasses loaded once from TOML by ``load``.
 
-Sections ``[broker]`` and ``[hsr]``, and one ``[[collections]]`` table per source. Settings
-are declared with the configuration kit's ``setting`` (harvest_common.config: default,
-documentation, checking parser) and read by its section reader, so every unknown key and bad
-value is reported with its name and the reason, all at once; ``reference()`` documents every
-key (docs/broker-configuration.md).
+Sections ``[broker]``, ``[hsr]`` and ``[federation]``, and one ``[[collections]]`` table per
+source. Settings are declared with the configuration kit's ``setting`` (harvest_common.config:
+default, documentation, checking parser) and read by its section reader, so every unknown key
+and bad value is reported with its name and the reason, all at once; ``reference()``
+documents every key (docs/broker-configuration.md).
 """
 
 from __future__ import annotations
@@ -105,6 +105,46 @@ class BrokerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class FederationSettings:
+    """Federated search (a query sent to the brokers the HSR picks) and the content summary
+    this broker registers at the HSR."""
+
+    hsr: str | None = setting(
+        None,
+        "The HSR that picks the brokers a federated search asks (a broker's URL); none:"
+        " hsr.url, else this broker itself.",
+        optional_url,
+    )
+    brokers: int = setting(
+        8, "Most brokers one federated search asks (the HSR's first).", integer(1, 100)
+    )
+    deadline: float = setting(
+        5.0,
+        "Seconds a federated search waits, routing included; brokers that have not answered"
+        " by then are reported late and their answers dropped.",
+        number(0.1, 300),
+    )
+    via_proxy: bool = setting(
+        True,
+        "Ask the HSR and the brokers through broker.proxy, when one is set.",
+        boolean,
+    )
+    summary_delay: float = setting(
+        60.0,
+        "Seconds after a change of the collections before the content summary is made again"
+        " (the changes meanwhile are taken in by the same summary); a summary that changed"
+        " renews the registration at once.",
+        number(0.01, 86400),
+    )
+    summary_sample: int = setting(
+        5000,
+        "Most objects read to make the content summary: a broker holding more reads a"
+        " uniform sample of them and scales the counts.",
+        integer(100, 10_000_000),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class CollectionConfig:
     """One source of records: a gatherer's export or another broker's bulk API."""
 
@@ -132,13 +172,18 @@ class CollectionConfig:
 class Config:
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     hsr: HsrSettings = field(default_factory=HsrSettings)
+    federation: FederationSettings = field(default_factory=FederationSettings)
     collections: tuple[CollectionConfig, ...] = ()
 
     def collection(self, name: str) -> CollectionConfig | None:
         return next((c for c in self.collections if c.name == name), None)
 
 
-SECTIONS: dict[str, type[Any]] = {"broker": BrokerSettings, "hsr": HsrSettings}
+SECTIONS: dict[str, type[Any]] = {
+    "broker": BrokerSettings,
+    "hsr": HsrSettings,
+    "federation": FederationSettings,
+}
 REQUIRED = ("name", "source")
 
 

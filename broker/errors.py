@@ -8,6 +8,7 @@
     ├── CollectError         a pull from a gatherer or broker failed; nothing of it was applied
     ├── StorageError         the registry's database could not be read or written
     ├── ReplicaError         another member's entries are not valid objects; none applied
+    ├── FederationError      a federated search could not be routed (the HSR unreachable)
     └── EngineError          the index engine failed (open, write, search)
 
 Third-party exceptions (sqlite3, aiohttp, the index engine's) are mapped to these where the
@@ -57,6 +58,11 @@ class StorageError(BrokerError):
 class ReplicaError(BrokerError):
     """Entries offered by a replica are invalid (a record that is not one SOIF object of the
     entry's URL, or of another collection than the one replicated); none were applied."""
+
+
+class FederationError(BrokerError):
+    """A federated search failed as a whole: the HSR could not say which brokers to ask
+    (a broker that fails is reported in the answer, not raised)."""
 
 
 class EngineError(BrokerError):

@@ -24,18 +24,25 @@ so the bulk export replicates them, and expire (removed by garbage collection) w
 renewed within their Time-to-Live. ``GET /api/hsr`` lists the unexpired ones. Any broker
 accepts registrations (any broker can be an HSR); the body is bounded and checked.
 
+**Routing.** A broker's registration carries its content summary (``Content-Summary``,
+broker/federation/summary.py), renewed as its collections change. ``GET /api/hsr/route?q=``
+ranks the registered brokers for a query from those (broker/federation/route.py), each with
+the reason: where a federated search sends the query.
+
 **Clients** (harvest_common/hsr_client.py, shared by every server). ``register`` posts one
-record; ``registering`` keeps the running broker's own record renewed (``[hsr]``
-configuration); ``harvest-broker register`` lets other programs (caches, gatherers,
-replicators) register from cron or a systemd timer.
+record; ``registered`` keeps a running server's own record renewed (``[hsr]``
+configuration: brokers, gatherers, replicators, caches); ``harvest-broker register`` lets
+other programs register from cron or a systemd timer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,8 +50,12 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from broker.errors import BrokerError, QuerySyntaxError
+from broker.federation import Candidate, ContentSummary, Ranked, SummaryFormatError, from_record
+from broker.federation import rank as ranked_brokers
+from broker.index.schema import Analyzer
 from broker.metrics import BrokerMetrics
 from broker.oid import GATHERER_ATTRIBUTES, oid
+from broker.query import Node, describe, parse
 from broker.registry import Stored
 from broker.services import Services
 from harvest_common.errors import SoifError
@@ -60,7 +71,8 @@ DAY = 86_400.0
 DEFAULT_TTL = 2 * DAY
 MAX_TTL = 365 * DAY
 MAX_BODY = 64 * 1024  # one server record; far more than its attributes need
-MAX_LIST = 1000  # registrations one GET /api/hsr returns at most
+MAX_LIST = 1000  # registrations one GET /api/hsr returns (and a route ranks) at most
+DEFAULT_ROUTE = 10  # brokers a route lists unless asked for more
 # Attributes the registry sets itself (whatever the server sent), and those it drops: a
 # registration is filed under the ``hsr`` collection by its URL, never by a gatherer's name.
 STAMPED = ("Server-Type", "Last-Seen", "Update-Time", "Time-to-Live")
@@ -192,10 +204,45 @@ def server_json(stored: Stored) -> dict[str, Any]:
         "description": text("Description"),
         "administrator": text("Administrator"),
         "software_version": text("Software-Version"),
+        "ports": text("Ports"),
+        "region": text("Region"),
+        "networks": (text("Networks") or "").split(),
         "last_seen": float(last_seen) if last_seen and _is_number(last_seen) else None,
         "expires": stored.expires,
         "collection": stored.collection,
     }
+
+
+def route_json(node: Node, ranked: Sequence[Ranked], limit: int) -> dict[str, Any]:
+    """A route for GET /api/hsr/route: the brokers, best first."""
+    return {
+        "query": describe(node),
+        "total": len(ranked),
+        "brokers": [
+            {
+                "url": r.url,
+                "name": r.name,
+                "estimate": r.estimate,
+                "documents": r.documents,
+                "evidence": r.evidence,
+                "reason": r.reason,
+            }
+            for r in ranked[:limit]
+        ],
+    }
+
+
+def _limit(text: str | None) -> int:
+    if text is None:
+        return DEFAULT_ROUTE
+    if not (text.isascii() and text.isdigit() and len(text) <= 5 and 1 <= int(text) <= MAX_LIST):
+        raise RegistrationError(f"limit must be a whole number from 1 to {MAX_LIST}")
+    return int(text)
+
+
+def _ranked(node: Node, candidates: Sequence[Candidate]) -> list[Ranked]:
+    """The ranking (on a worker thread: a thousand summaries to read)."""
+    return ranked_brokers(node, candidates, Analyzer().tokens)
 
 
 def _port(text: str) -> int | None:
@@ -218,6 +265,8 @@ class HsrService:
     def __init__(self, services: Services, metrics: BrokerMetrics) -> None:
         self._services = services
         self._metrics = metrics
+        # Brokers' summaries as read, by oid, with the seq of the registration they came from.
+        self._summaries: dict[str, tuple[int, ContentSummary | None]] = {}
 
     async def register(self, request: web.Request) -> web.Response:
         try:
@@ -235,28 +284,57 @@ class HsrService:
         kind = request.query.get("type")
         if kind is not None and kind not in TYPES:
             raise RegistrationError(f"type must be one of {', '.join(TYPES)}, got {kind!r}")
-        wanted = kind or " OR ".join(TYPES)
-        text = f"Server-Type: ({wanted})"
-        if extra := request.query.get("q", "").strip():
+        with self._metrics.query("hsr"):
+            registered = await self._registered(kind, request.query.get("q"))
+        servers = [server_json(s) for s in registered]
+        servers.sort(key=lambda s: (s["type"], s["name"] or "", s["url"]))
+        return web.json_response({"total": len(servers), "servers": servers})
+
+    async def route(self, request: web.Request) -> web.Response:
+        """The registered brokers ranked for query ``q``, at most ``limit``."""
+        limit = _limit(request.query.get("limit"))
+        with self._metrics.query("hsr"):
+            node = parse(request.query.get("q", ""))
+            brokers = await self._registered("broker", None)
+            candidates = [
+                Candidate(s.url, s.record.text("Name") or s.url, self._summary(s)) for s in brokers
+            ]
+            self._summaries = {s.oid: self._summaries[s.oid] for s in brokers}
+            ranked = await asyncio.to_thread(_ranked, node, candidates)
+        return web.json_response(route_json(node, ranked, limit))
+
+    def _summary(self, stored: Stored) -> ContentSummary | None:
+        held = self._summaries.get(stored.oid)
+        if held is not None and held[0] == stored.seq:
+            return held[1]
+        try:
+            summary = from_record(stored.record)
+        except SummaryFormatError as error:
+            log.warning("the summary of %s cannot be read: %s", stored.url, error)
+            summary = None
+        self._summaries[stored.oid] = (stored.seq, summary)
+        return summary
+
+    async def _registered(self, kind: str | None, query: str | None) -> Sequence[Stored]:
+        """Unexpired registrations of ``kind`` (every kind: None) matching ``query``."""
+        text = f"Server-Type: ({kind or ' OR '.join(TYPES)})"
+        if extra := (query or "").strip():
             text = f"{text} AND ({extra})"
         now = time.time()
         try:
-            with self._metrics.query("hsr"):
-                page = await self._services.search(text, limit=MAX_LIST)
+            page = await self._services.search(text, limit=MAX_LIST)
         except QuerySyntaxError as error:
             # Positions refer to the q parameter, not to the query it was wrapped in.
             offset = len(text) - len(extra) - 1
             raise QuerySyntaxError(extra, max(0, error.position - offset), error.reason) from None
         stored = await self._services.registry.get_many(r.oid for r in page.results)
-        servers = [
-            server_json(s)
+        return [
+            s
             for r in page.results
             if (s := stored.get(r.oid)) is not None
             and s.record.template in TEMPLATES
             and s.expires > now
         ]
-        servers.sort(key=lambda s: (s["type"], s["name"] or "", s["url"]))
-        return web.json_response({"total": len(servers), "servers": servers})
 
 
 async def _body(request: web.Request, limit: int) -> bytes:
@@ -275,3 +353,4 @@ def add_routes(app: web.Application, services: Services, metrics: BrokerMetrics)
     service = HsrService(services, metrics)
     app.router.add_post("/api/hsr/register", service.register)
     app.router.add_get("/api/hsr", service.list)
+    app.router.add_get("/api/hsr/route", service.route)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from prometheus_client import (
@@ -40,6 +40,7 @@ QUERY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 INTERFACES = ("api", "page", "hsr")
 QUERY_OUTCOMES = ("ok", "syntax_error", "error")
+FEDERATED_OUTCOMES = ("answered", "late", "failed")
 OTHER = "other"  # the collection label of objects whose collection is no longer scheduled
 HSR_COLLECTION = "hsr"
 
@@ -184,6 +185,13 @@ class BrokerMetrics:
             ["type", "outcome"],
             registry=self.registry,
         )
+        self.federated_brokers = Counter(
+            "harvest_broker_federated_brokers",
+            "Brokers asked by federated searches, by outcome (answered, late: not within the"
+            " deadline, failed).",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.registry.register(_Scraped(self))
         # CPU, memory, open files: read from /proc, so collected on a worker thread (and not
         # described at registration, which would read /proc on the event loop).
@@ -193,6 +201,8 @@ class BrokerMetrics:
             for outcome in QUERY_OUTCOMES:
                 self.queries.labels(interface, outcome)
             self.query_seconds.labels(interface)
+        for federated in FEDERATED_OUTCOMES:
+            self.federated_brokers.labels(federated)
 
     @contextmanager
     def query(self, interface: str) -> Iterator[None]:
@@ -208,6 +218,11 @@ class BrokerMetrics:
         finally:
             self.queries.labels(interface, outcome).inc()
             self.query_seconds.labels(interface).observe(time.perf_counter() - started)
+
+    def federated(self, outcomes: Iterable[str]) -> None:
+        """Count what came of asking each broker of a federated search."""
+        for outcome in outcomes:
+            self.federated_brokers.labels(outcome).inc()
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
         """A sample's current value (0 if it has none yet): for the JSON statistics."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.config import CollectionConfig, Config
+from broker.federation import FederatedPage
 from broker.registry import Registry
 from broker.scheduler import Scheduler
 from broker.search import Page
@@ -74,6 +75,12 @@ class Services(Protocol):
         self, text: str, *, limit: int, offset: int = 0, case_sensitive: bool = False
     ) -> Page:
         """A page of results once the index is ready; IndexNotReady before."""
+
+    async def federated_search(
+        self, text: str, *, limit: int, offset: int = 0, case_sensitive: bool = False
+    ) -> FederatedPage:
+        """The merged page from the brokers the HSR picks (QuerySyntaxError, or
+        FederationError when the HSR cannot route it)."""
 
     async def stats(self) -> BrokerStats:
         """What the broker reports now."""

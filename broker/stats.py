@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from broker.federation import SummaryStats
 from broker.registry import RegistryStats
 from broker.scheduler import CollectionStatus
 
@@ -38,7 +39,8 @@ class GcStats:
 @dataclass(frozen=True, slots=True)
 class BrokerStats:
     """Everything the broker reports at one moment. ``pulls``: the scheduled collections by
-    name (none while the broker starts: the web server is up before the scheduler)."""
+    name (none while the broker starts: the web server is up before the scheduler);
+    ``summary``: the content summary it registers (None: it registers at no HSR)."""
 
     started: float  # epoch seconds
     version: str
@@ -46,3 +48,4 @@ class BrokerStats:
     index: IndexStats
     pulls: Mapping[str, CollectionStatus]
     gc: GcStats
+    summary: SummaryStats | None = None

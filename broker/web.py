@@ -5,12 +5,14 @@
     GET /                    the search form
     GET /?q=...              results: title linked to the URL, URL, gatherer, snippets,
                              paging; a query that does not parse is shown with a caret
+    GET /?q=...&federated=1  the results of the brokers the HSR picks, merged: each with
+                             the broker it came from; what each broker asked did
     GET /help                the query language (generated from docs/broker-query.md)
     GET /static/harvest.css  the only style sheet; the pages load nothing else
 
 Form fields: ``q`` (the query), ``title``, ``author``, ``keywords`` (each, when filled, ANDed
 to the query as ``Title: (...)``), ``case`` (1: case-sensitive), ``n`` (results per page),
-``start`` (offset of the page).
+``start`` (offset of the page), ``federated`` (1: ask the brokers the HSR picks).
 
 Templates (Jinja2, autoescaped) and the static files are read once at start-up on a worker
 thread (``SearchPage.startup``), never on the event loop. Snippet marks (``\\x02``/``\\x03``)
@@ -41,6 +43,8 @@ from jinja2 import DictLoader, Environment, StrictUndefined, Template
 from markupsafe import Markup, escape
 
 from broker.errors import QuerySyntaxError
+from broker.federation import FederatedPage, Merged
+from broker.federation.merge import MAX_RESULTS
 from broker.metrics import BrokerMetrics
 from broker.search import Page, Result
 from broker.services import Services
@@ -155,18 +159,23 @@ class Form:
     case: bool
     n: int
     start: int
+    federated: bool = False
 
     @classmethod
     def read(cls, params: Mapping[str, str], max_results: int) -> Form:
         n = _number(params, "n", min(DEFAULT_PAGE_SIZE, max_results), 1, max_results)
+        federated = _checked(params, "federated")
+        # A federated page is merged from the brokers' first results: it ends sooner.
+        last_start = max(0, MAX_RESULTS - n) if federated else MAX_START
         return cls(
             q=params.get("q", ""),
             filters=tuple(
                 (field, attribute, params.get(field, "")) for field, attribute in FILTERS
             ),
-            case=params.get("case", "") in ("1", "on", "true"),
+            case=_checked(params, "case"),
             n=n,
-            start=_number(params, "start", 0, 0, MAX_START),
+            start=_number(params, "start", 0, 0, last_start),
+            federated=federated,
         )
 
     @property
@@ -179,8 +188,14 @@ class Form:
         params += [(field, value) for field, _, value in self.filters if value]
         if self.case:
             params.append(("case", "1"))
+        if self.federated:
+            params.append(("federated", "1"))
         params += [("n", str(self.n)), ("start", str(start))]
         return "?" + urlencode(params)
+
+
+def _checked(params: Mapping[str, str], name: str) -> bool:
+    return params.get(name, "") in ("1", "on", "true")
 
 
 def _when(seconds: float | None) -> str | None:
@@ -205,7 +220,22 @@ def _result_view(result: Result) -> dict[str, Any]:
             {"attribute": attribute, "parts": marked_parts(text)}
             for attribute, text in result.snippets
         ],
+        "object": f"api/objects/{result.oid}",
+        "broker": None,
+        "also": (),
     }
+
+
+def _merged_view(merged: Merged) -> dict[str, Any]:
+    """A federated result: the object's link goes to the broker it came from."""
+    view = _result_view(merged.result)
+    base = merged.broker.url.rstrip("/")
+    view.update(
+        object=f"{base}/api/objects/{merged.result.oid}",
+        broker=merged.broker,
+        also=merged.also,
+    )
+    return view
 
 
 class SearchPage:
@@ -251,24 +281,48 @@ class SearchPage:
         if query:
             try:
                 with self._metrics.query("page"):
-                    page = await self._services.search(
-                        query, limit=form.n, offset=form.start, case_sensitive=form.case
-                    )
+                    if form.federated:
+                        merged = await self._services.federated_search(
+                            query, limit=form.n, offset=form.start, case_sensitive=form.case
+                        )
+                    else:
+                        page = await self._services.search(
+                            query, limit=form.n, offset=form.start, case_sensitive=form.case
+                        )
             except QuerySyntaxError as error:
                 context["error"] = error
                 return self._render("search.html", status=400, **context)
-            context.update(self._page_view(form, page))
+            if form.federated:
+                self._metrics.federated(a.outcome for a in merged.answers)
+                context.update(self._federated_view(form, merged))
+            else:
+                context.update(self._page_view(form, page))
         return self._render("search.html", **context)
 
     def _page_view(self, form: Form, page: Page) -> dict[str, Any]:
-        first = page.offset + 1
         last = page.offset + len(page.results)
         more = last < page.total and last < MAX_START
+        return self._paged(form, page, [_result_view(r) for r in page.results], more) | {
+            "exact": page.exact,
+            "answers": None,
+        }
+
+    def _federated_view(self, form: Form, page: FederatedPage) -> dict[str, Any]:
+        more = page.more and page.offset + form.n < MAX_RESULTS
+        return self._paged(form, page, [_merged_view(m) for m in page.results], more) | {
+            "exact": True,
+            "answers": page.answers,
+        }
+
+    @staticmethod
+    def _paged(
+        form: Form, page: Page | FederatedPage, results: list[dict[str, Any]], more: bool
+    ) -> dict[str, Any]:
         return {
             "page": page,
-            "results": [_result_view(r) for r in page.results],
-            "first": first,
-            "last": last,
+            "results": results,
+            "first": page.offset + 1,
+            "last": page.offset + len(page.results),
             "previous": form.link(max(0, page.offset - form.n)) if page.offset > 0 else None,
             "next": form.link(page.offset + form.n) if more else None,
         }

@@ -21,6 +21,7 @@ from harvest_cache.bump import commands
 from harvest_cache.config import Config, load, reference
 from harvest_cache.errors import HarvestCacheError
 from harvest_cache.hierarchy.peers import peer_flag
+from harvest_cache.registration import registered
 from harvest_cache.server.app import CacheServer
 from harvest_cache.workers import Channel, Supervisor, worker_argv
 from harvest_common.errors import ConfigError
@@ -147,8 +148,15 @@ async def serve(
     loop.add_signal_handler(signal.SIGHUP, lambda: server.tasks.spawn(_reload(server), "reload"))
     # After logrotate moved the access log away (Squid's -k rotate sends the same).
     loop.add_signal_handler(signal.SIGUSR1, server.access_log.reopen)
+    # With several workers, their supervisor registers the cache (once).
+    admin_port = None if server.admin is None else server.admin.address[1]
+    registration = (
+        registered(config, server.name, server.address, admin_port)
+        if channel is None
+        else contextlib.nullcontext()
+    )
     try:
-        async with asyncio.TaskGroup() as group:
+        async with registration, asyncio.TaskGroup() as group:
             keeper = group.create_task(heap.keep(), name="heap")
             await stop.wait()
             keeper.cancel()

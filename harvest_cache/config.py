@@ -42,6 +42,7 @@ from harvest_common.config import (
 )
 from harvest_common.dns import DNSConfig
 from harvest_common.errors import ConfigError
+from harvest_common.hsr_client import HsrSettings
 
 # -- parsers of the cache's own values (like the kit's: a TOML value in, the typed value out) --
 
@@ -525,6 +526,24 @@ class HierarchyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheHsrSettings(HsrSettings):
+    """Registration at the Harvest Server Registry, as every Harvest server has it, and
+    what a cache adds: where its clients are."""
+
+    region: str = setting(
+        "",
+        "The region the cache serves (`Colorado`, `eu-west`), for the registry's record.",
+        str,
+    )
+    networks: tuple[IPNetwork, ...] = setting(
+        (),
+        "The client networks (CIDR) the cache serves, for the registry's record: clients"
+        " looking for a nearby cache find it by them.",
+        networks,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     access: AccessConfig = field(default_factory=AccessConfig)
@@ -537,6 +556,7 @@ class Config:
     hierarchy: HierarchyConfig = field(default_factory=HierarchyConfig)
     htcp: HtcpConfig = field(default_factory=HtcpConfig)
     bump: BumpConfig = field(default_factory=BumpConfig)
+    hsr: CacheHsrSettings = field(default_factory=CacheHsrSettings)
 
     @property
     def icp_port(self) -> int:

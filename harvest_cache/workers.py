@@ -49,6 +49,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from harvest_cache.config import Config
+from harvest_cache.registration import registered
 
 log = logging.getLogger("harvest_cache")
 
@@ -191,8 +192,14 @@ class Supervisor:
         for sig in (signal.SIGHUP, signal.SIGUSR1):
             loop.add_signal_handler(sig, self._pass_on, sig)
         admin = await self._start_admin()
+        listen = self.config.server.listen
+        name = self.config.server.name or f"{socket.gethostname()}:{listen.port}"
+        admin_port = None if self.config.admin.listen is None else self.config.admin.listen.port
         try:
-            async with asyncio.TaskGroup() as group:
+            async with (
+                registered(self.config, name, listen, admin_port),
+                asyncio.TaskGroup() as group,
+            ):
                 for index in range(self.count):
                     group.create_task(self._keep(index))
                 await stop.wait()

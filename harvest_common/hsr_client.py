@@ -8,7 +8,9 @@ the attributes Name, Host, Port (required), Description, Administrator, Software
 Time-to-Live, and any a kind of server adds (a gatherer: what it gathers). ``server_record``
 builds one, ``register`` posts it (``POST /api/hsr/register``), ``registering`` renews it
 every ``renew`` seconds while a block runs, and ``registered`` does that for a running server
-from its settings.
+from its settings. Attributes that change while the server runs (a broker's content summary)
+are ``LiveAttributes``: the record is made again from them at each renewal, and a change
+renews at once.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -54,6 +56,16 @@ class HsrSettings:
         "Seconds between renewals of the registration (before its TTL runs out).",
         number(60, 1e8),
     )
+
+
+class LiveAttributes(Protocol):
+    """Attributes of a server's record that change while it runs."""
+
+    def current(self) -> tuple[int, Sequence[tuple[str, str]]]:
+        """The attributes now, with their version (a number that grows with each change)."""
+
+    async def changed(self, version: int) -> None:
+        """Return once the attributes are newer than ``version``."""
 
 
 def seconds_text(value: float) -> str:
@@ -130,9 +142,11 @@ async def registering(
     *,
     retry: float = RETRY,
     request_seconds: float = 30.0,
+    wake: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[None]:
     """Keep a server registered at ``hsr_url`` while the block runs: register at once, then
-    every ``renew`` seconds (after a failure, again in ``min(retry, renew)``)."""
+    every ``renew`` seconds (after a failure, again in ``min(retry, renew)``), or as soon as
+    ``wake()``, awaited after each registration, returns (the record changed)."""
 
     async def loop() -> None:
         async with aiohttp.ClientSession(
@@ -147,7 +161,12 @@ async def registering(
                 else:
                     log.info("registered at the HSR %s until %s", hsr_url, answer.get("expires"))
                     delay = renew
-                await asyncio.sleep(delay)
+                if wake is None:
+                    await asyncio.sleep(delay)
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await wake()
 
     async with running(loop(), "hsr registration"):
         yield
@@ -166,27 +185,43 @@ async def registered(
     version: str,
     *,
     attributes: Sequence[tuple[str, str]] = (),
+    live: LiveAttributes | None = None,
 ) -> AsyncIterator[None]:
     """Keep a running server of ``kind`` registered at the HSR its ``[hsr]`` settings name
     while the block runs (nothing when they name none). ``address`` is where it listens;
-    ``attributes`` are added to its record (see ``server_record``)."""
+    ``attributes`` are added to its record (see ``server_record``), then ``live`` ones,
+    whose change renews the registration at once."""
     if settings.url is None:
         yield
         return
     host, port = address
     if host in WILDCARDS:
         host = await asyncio.to_thread(socket.getfqdn)
-    record = server_record(
-        kind,
-        name=name,
-        host=host,
-        port=port,
-        description=settings.description,
-        administrator=settings.administrator,
-        version=version,
-        attributes=attributes,
-        # Two renewal periods: one renewal may fail without the registration lapsing.
-        ttl=2 * settings.renew,
-    )
-    async with registering(settings.url, lambda: record, settings.renew):
+    sent = 0  # the version of the live attributes last put in a record
+
+    def make_record() -> Record:
+        nonlocal sent
+        more: Sequence[tuple[str, str]] = ()
+        if live is not None:
+            sent, more = live.current()
+        return server_record(
+            kind,
+            name=name,
+            host=host,
+            port=port,
+            description=settings.description,
+            administrator=settings.administrator,
+            version=version,
+            attributes=(*attributes, *more),
+            # Two renewal periods: one renewal may fail without the registration lapsing.
+            ttl=2 * settings.renew,
+        )
+
+    async def wake() -> None:
+        assert live is not None
+        await live.changed(sent)
+
+    async with registering(
+        settings.url, make_record, settings.renew, wake=None if live is None else wake
+    ):
         yield

@@ -47,6 +47,8 @@ PURE = (
     "harvest_common.replication",
     "harvest_common.errors",
     "broker.query",
+    "broker.federation.summary",
+    "broker.federation.route",
     "broker.match",
     "broker.errors",
     "replicator.topology",

@@ -1,9 +1,10 @@
-"""The query API: a page of results, and one object.
+"""The query API: a page of results (of this broker, or of the brokers the HSR picks), and
+one object.
 
 ::
 
-    GET  /api/search?q=&limit=&offset=&case=0|1    a page of results (JSON)
-    GET  /api/objects/{oid}[?format=soif|json]      one object
+    GET  /api/search?q=&limit=&offset=&case=0|1[&federated=1]    a page of results (JSON)
+    GET  /api/objects/{oid}[?format=soif|json]                    one object
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from aiohttp import web
 
 from broker import web as page
 from broker.api.params import BadRequest, flag, integer
+from broker.federation import Answer, FederatedPage, Ranked
+from broker.federation.merge import MAX_RESULTS
 from broker.metrics import BrokerMetrics
-from broker.search import Page
+from broker.search import Page, Result
 from broker.services import Services
 from harvest_common.soif import encode
 
@@ -25,6 +28,22 @@ SOIF_TYPE = "application/x-soif"
 DEFAULT_LIMIT = 10
 MAX_OFFSET = 100_000  # deeper pages cost the index more than any client needs
 _OID = re.compile(r"[0-9a-f]{32}")
+
+
+def result_json(r: Result) -> dict[str, Any]:
+    return {
+        "oid": r.oid,
+        "url": r.url,
+        "title": r.title,
+        "gatherer": r.gatherer,
+        "template": r.template,
+        "score": r.score,
+        "update_time": r.update_time,
+        "snippets": [
+            {"attribute": attribute, "html": page.marked_html(text)}
+            for attribute, text in r.snippets
+        ],
+    }
 
 
 def page_json(page_: Page) -> dict[str, Any]:
@@ -35,22 +54,48 @@ def page_json(page_: Page) -> dict[str, Any]:
         "exact": page_.exact,
         "offset": page_.offset,
         "limit": page_.limit,
+        "results": [result_json(r) for r in page_.results],
+    }
+
+
+def _broker(broker: Ranked) -> dict[str, Any]:
+    return {"name": broker.name, "url": broker.url}
+
+
+def _answer(answer: Answer) -> dict[str, Any]:
+    return {
+        **_broker(answer.broker),
+        "outcome": answer.outcome,
+        "seconds": answer.seconds,
+        "total": answer.total,
+        "error": answer.error,
+        "estimate": answer.broker.estimate,
+        "reason": answer.broker.reason,
+    }
+
+
+def federated_json(page_: FederatedPage) -> dict[str, Any]:
+    """A federated page as the search API returns it: each result with the broker it came
+    from (and the others that hold its URL), and what each broker asked did."""
+    return {
+        "query": page_.query,
+        "federated": True,
+        "total": page_.total,
+        "exact": False,
+        "more": page_.more,
+        "offset": page_.offset,
+        "limit": page_.limit,
         "results": [
             {
-                "oid": r.oid,
-                "url": r.url,
-                "title": r.title,
-                "gatherer": r.gatherer,
-                "template": r.template,
-                "score": r.score,
-                "update_time": r.update_time,
-                "snippets": [
-                    {"attribute": attribute, "html": page.marked_html(text)}
-                    for attribute, text in r.snippets
-                ],
+                **result_json(m.result),
+                "score": m.score,
+                "broker_score": m.result.score,
+                "broker": _broker(m.broker),
+                "also": [_broker(b) for b in m.also],
             }
-            for r in page_.results
+            for m in page_.results
         ],
+        "brokers": [_answer(a) for a in page_.answers],
     }
 
 
@@ -65,11 +110,21 @@ class QueryApi:
         params = request.query
         max_results = self._services.config.broker.max_results
         limit = min(integer(params, "limit", DEFAULT_LIMIT, 1, 10**9), max_results)
-        offset = integer(params, "offset", 0, 0, MAX_OFFSET)
         case = flag(params, "case")
+        text = params.get("q", "")
+        if flag(params, "federated"):
+            # Each broker is asked for the results up to the page's end.
+            offset = integer(params, "offset", 0, 0, MAX_RESULTS - limit)
+            with self._metrics.query("api"):
+                merged = await self._services.federated_search(
+                    text, limit=limit, offset=offset, case_sensitive=case
+                )
+            self._metrics.federated(a.outcome for a in merged.answers)
+            return web.json_response(federated_json(merged))
+        offset = integer(params, "offset", 0, 0, MAX_OFFSET)
         with self._metrics.query("api"):
             found = await self._services.search(
-                params.get("q", ""), limit=limit, offset=offset, case_sensitive=case
+                text, limit=limit, offset=offset, case_sensitive=case
             )
         return web.json_response(page_json(found))
 

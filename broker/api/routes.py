@@ -4,13 +4,15 @@ search page and the metrics, with one error boundary, built from the running bro
 
 ::
 
-    GET  /api/search?q=&limit=&offset=&case=0|1    a page of results (broker.api.queries)
+    GET  /api/search?q=&limit=&offset=&case=0|1    a page of results (broker.api.queries);
+                    [&federated=1]                  of the brokers the HSR picks
     GET  /api/objects/{oid}[?format=soif|json]      one object
     GET  /api/status                                name, version, objects, index, collections
     GET  /api/stats                                 counters (queries, exports, registrations)
     GET  /metrics                                   Prometheus text format (broker.api.status)
     GET  /bulk[?since=SEQ][&query=Q]                SOIF stream (broker.bulk)
     POST /api/hsr/register, GET /api/hsr            the server registry (broker.hsr)
+    GET  /api/hsr/route?q=[&limit=]                 the brokers ranked for a query
     GET  /, /help                                   the search page (broker.web)
 
     admin (Authorization: Bearer <broker.admin_token>; broker.api.admin):
@@ -27,8 +29,9 @@ search page and the metrics, with one error boundary, built from the running bro
 
 The error boundary (``_errors``) maps the typed errors once: QuerySyntaxError → 400 ``{error,
 position, query}``; a bad parameter, record or collection → 400; StorageError and
-EngineError → 503; under ``/api`` and ``/bulk`` every error is JSON ``{"error": ...}``, on the
-search page an HTML page.
+EngineError → 503; FederationError (the HSR could not route a federated search) → 502;
+under ``/api`` and ``/bulk`` every error is JSON ``{"error": ...}``, on the search page an
+HTML page.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from broker.api.status import StatusApi
 from broker.errors import (
     ConfigError,
     EngineError,
+    FederationError,
     IndexNotReady,
     QuerySyntaxError,
     ReplicaError,
@@ -113,6 +117,8 @@ def make_app(services: Services) -> web.Application:
             return response
         except (StorageError, EngineError) as error:
             return _problem(request, 503, f"the broker cannot answer now: {error}")
+        except FederationError as error:
+            return _problem(request, 502, str(error))
         except web.HTTPException as error:
             if error.status < 400 or error.content_type == "application/json":
                 raise

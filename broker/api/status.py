@@ -2,7 +2,7 @@
 
 ::
 
-    GET  /api/status     name, version, objects, index, collections
+    GET  /api/status     name, version, objects, index, collections, content summary
     GET  /api/stats      counters (queries, exports, registrations)
     GET  /metrics        Prometheus text format
 """
@@ -18,7 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from broker.collector import PullResult
 from broker.config import CollectionConfig
-from broker.metrics import INTERFACES, QUERY_OUTCOMES, BrokerMetrics
+from broker.federation import SummaryStats
+from broker.metrics import FEDERATED_OUTCOMES, INTERFACES, QUERY_OUTCOMES, BrokerMetrics
 from broker.scheduler import CollectionStatus
 from broker.services import Services, Settings
 from broker.stats import BrokerStats
@@ -54,11 +55,13 @@ def collection_json(
     default_ttl: float,
 ) -> dict[str, Any]:
     """One collection: its configuration (None: no longer scheduled, objects kept until they
-    expire; or the HSR's), what the registry holds and what the scheduler knows."""
+    expire; the HSR's; or one held only through replication, never pulled here), what the
+    registry holds and what the scheduler knows."""
     out: dict[str, Any] = {
         "name": name,
         "scheduled": status is not None,
         "objects": objects,
+        "replicated": last_pull is None and objects > 0,
         "cursor": cursor,
         "last_pull": last_pull,
     }
@@ -110,6 +113,18 @@ def collections_json(stats: BrokerStats, settings: Settings) -> list[dict[str, A
             )
         )
     return out
+
+
+def summary_json(summary: SummaryStats) -> dict[str, Any]:
+    return {
+        "documents": summary.documents,
+        "sampled": summary.sampled,
+        "words": summary.words,
+        "made": summary.made,
+        "seconds": summary.seconds,
+        "refreshes": summary.refreshes,
+        "failures": summary.failures,
+    }
 
 
 def index_json(stats: BrokerStats) -> dict[str, Any]:
@@ -176,6 +191,10 @@ def statistics_json(stats: BrokerStats, metrics: BrokerMetrics) -> dict[str, Any
             "deletes": int(value("harvest_broker_bulk_objects_total", {"kind": "delete"})),
         },
         "hsr_registrations": registrations,
+        "federated_brokers": {
+            outcome: int(value("harvest_broker_federated_brokers_total", {"outcome": outcome}))
+            for outcome in FEDERATED_OUTCOMES
+        },
         "gc": {"runs": stats.gc.runs, "failures": stats.gc.failures, "last": stats.gc.last},
     }
 
@@ -203,6 +222,7 @@ class StatusApi:
                 "default_ttl": services.settings.default_ttl,
                 "index": index_json(stats),
                 "collections": collections_json(stats, services.settings),
+                "summary": None if stats.summary is None else summary_json(stats.summary),
             }
         )
 

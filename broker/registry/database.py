@@ -27,9 +27,11 @@ from broker.registry.objects import (
     collection_cursor,
     collection_states,
     count_objects,
+    count_outside,
     get_object,
     get_objects,
     objects_by_url,
+    sample_objects,
 )
 from broker.registry.pulls import PullContext, drop_abandoned
 from broker.registry.replica import (
@@ -44,15 +46,19 @@ from broker.registry.replica import (
 from broker.registry.store import CHUNK, Store, Worker
 from harvest_common.replication.version import Version
 from harvest_common.replication.wire import Entry
+from harvest_common.soif import Record
 
 DAY = 86_400.0
+# Object ids are 32 hex digits of a hash: the lowest ``share`` of their range is a uniform
+# sample of that share of the objects.
+_OID_RANGE = 16**32
 
 
 @dataclass(frozen=True, slots=True)
 class RegistryStats:
     """What the registry reports: the objects it holds, its change sequence (the last number
     given, the oldest still answered exactly, the highest the index reflects) and every
-    collection that has committed a pull."""
+    collection that has committed a pull or holds objects."""
 
     objects: int
     last_seq: int
@@ -201,12 +207,28 @@ class Registry:
         """How many objects the registry holds, or ``collection`` holds."""
         return await self._reader.call(count_objects, collection)
 
+    async def outside(self, collection: str) -> tuple[int, int]:
+        """How many objects are held outside ``collection``, and the seq of the last change
+        among them (an upsert or a removal; 0 for none)."""
+        return await self._reader.call(count_outside, collection)
+
+    async def sample(
+        self, share: float, *, after: str = "", limit: int, excluding: str = ""
+    ) -> list[tuple[str, Record]]:
+        """Up to ``limit`` (oid, record), in oid order after ``after``, of a uniform sample
+        of ``share`` (0 to 1) of the objects but those of collection ``excluding``: those
+        whose oids, hashes, fall in the lowest ``share`` of their range, so the same ones
+        while they are held. Page on with the last oid."""
+        below = "g" if share >= 1 else f"{int(max(0.0, share) * _OID_RANGE):032x}"
+        return await self._reader.call(sample_objects, after, below, excluding, limit)
+
     async def oids(self) -> set[str]:
         """Every object's oid (for garbage collection against the index)."""
         return await self._reader.call(all_oids)
 
     async def collections(self) -> dict[str, CollectionState]:
-        """Every collection that has committed a pull, by name."""
+        """Every collection that has committed a pull here or holds objects (a replicated
+        one), by name."""
         return await self._reader.call(collection_states)
 
     async def cursor(self, collection: str) -> str | None:

@@ -53,17 +53,21 @@ class Stored:
 @dataclass(frozen=True, slots=True)
 class CollectionState:
     """A collection's object count, its cursor (opaque: where its next pull resumes) and
-    when its last pull was committed (epoch seconds)."""
+    when its last pull was committed (epoch seconds); both None for a collection whose
+    objects came only from other members (a replica's: never pulled here)."""
 
     count: int
     cursor: str | None
-    last_pull: float
+    last_pull: float | None
+
+    @property
+    def replicated(self) -> bool:
+        """Held only through replication: never pulled here."""
+        return self.last_pull is None
 
     def __repr__(self) -> str:
-        return (
-            f"CollectionState({self.count} objects, cursor {self.cursor!r},"
-            f" last pull {self.last_pull:.0f})"
-        )
+        pulled = "replicated" if self.last_pull is None else f"last pull {self.last_pull:.0f}"
+        return f"CollectionState({self.count} objects, cursor {self.cursor!r}, {pulled})"
 
 
 def number(record: Record, name: str) -> float | None:
@@ -123,6 +127,18 @@ def count_objects(store: Store, collection: str | None) -> int:
     else:
         row = store.conn.execute(schema.COUNT_COLLECTION, (collection,)).fetchone()
     return int(row[0])
+
+
+def sample_objects(
+    store: Store, after: str, below: str, excluded: str, limit: int
+) -> list[tuple[str, Record]]:
+    params = {"after": after, "below": below, "excluded": excluded, "limit": limit}
+    return [(key, load(key, blob)) for key, blob in store.conn.execute(schema.SAMPLE, params)]
+
+
+def count_outside(store: Store, excluded: str) -> tuple[int, int]:
+    count, seq = store.conn.execute(schema.OUTSIDE, {"excluded": excluded}).fetchone()
+    return int(count), int(seq)
 
 
 def all_oids(store: Store) -> set[str]:

@@ -253,14 +253,36 @@ SELECT t.seq, t.oid, 'remove', t.collection, t.url, t.gatherer, NULL, NULL
 ORDER BY 1
 LIMIT :limit
 """
+# A uniform sample, a page at a time: the objects whose oids (hashes) sort below :below, from
+# :after on, but those of one collection.
+SAMPLE = """
+SELECT o.oid, r.soif
+  FROM objects o JOIN records r ON r.id = o.record
+ WHERE o.oid > :after AND o.oid < :below AND o.collection != :excluded
+ ORDER BY o.oid
+ LIMIT :limit
+"""
+# The objects outside a collection and their last change (an upsert or a removal).
+OUTSIDE = """
+SELECT (SELECT count(*) FROM objects WHERE collection != :excluded),
+       max((SELECT coalesce(max(seq), 0) FROM objects WHERE collection != :excluded),
+           (SELECT coalesce(max(seq), 0) FROM tombstones WHERE collection != :excluded))
+"""
 COUNT_ALL = "SELECT count(*) FROM objects"
 COUNT_COLLECTION = "SELECT count(*) FROM objects WHERE collection = ?"
 ALL_OIDS = "SELECT oid FROM objects"
-# One statement, so the counts and cursors are of one moment.
+# One statement, so the counts and cursors are of one moment. A collection that was never
+# pulled here but whose objects are held (a replica's, applied by the replicator) has no
+# row in ``collections``: it is listed from its objects, without a cursor or last pull.
 COLLECTIONS = """
 SELECT c.name, c.cursor, c.last_pull,
        (SELECT count(*) FROM objects o WHERE o.collection = c.name)
   FROM collections c
+UNION ALL
+SELECT o.collection, NULL, NULL, count(*)
+  FROM objects o
+ WHERE o.collection NOT IN (SELECT name FROM collections)
+ GROUP BY o.collection
 """
 CURSOR = "SELECT cursor FROM collections WHERE name = ?"
 

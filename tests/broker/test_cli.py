@@ -25,7 +25,6 @@ from broker.hsr import COLLECTION
 from broker.index import TantivyIndex
 from broker.oid import oid
 from gatherer.database import GathererDatabase
-from harvest_common.hsr_client import registered
 from tests.broker.test_api import TOKEN, get_json, make, put, running, url_of
 from tests.broker.test_collector import gatherer_service, refused_port
 from tests.support import REPO, run_module
@@ -260,7 +259,9 @@ kind = "squid"
     assert status == 2
 
 
-async def test_serve_keeps_the_broker_registered_at_its_hsr(tmp_path: Path) -> None:
+async def test_a_broker_keeps_itself_registered_at_its_hsr_with_its_summary(
+    tmp_path: Path,
+) -> None:
     async with running(tmp_path / "hsr", name="HSR") as registry:
         config = from_mapping(
             {
@@ -277,12 +278,7 @@ async def test_serve_keeps_the_broker_registered_at_its_hsr(tmp_path: Path) -> N
                 },
             }
         )
-        async with (
-            await Broker.start(config) as broker,
-            registered(
-                config.hsr, "broker", config.broker.name, broker.address, "harvest-broker test"
-            ),
-        ):
+        async with await Broker.start(config) as broker:
             key = oid(COLLECTION, f"{url_of(broker)}/")
             query = {"q": "Server-Type: broker AND Description: physics"}
             async with aiohttp.ClientSession() as session:
@@ -297,6 +293,8 @@ async def test_serve_keeps_the_broker_registered_at_its_hsr(tmp_path: Path) -> N
             assert stored.record.text("Name") == "Physics Broker"
             assert stored.record.text("Time-to-Live") == "120"
             assert (stored.record.text("Software-Version") or "").startswith("harvest-broker ")
+            assert stored.record.text("Content-Documents") == "0"
+            assert (stored.record.text("Content-Summary") or "").startswith("* 0")
             assert [r["url"] for r in found["results"]] == [f"{url_of(broker)}/"]
 
 

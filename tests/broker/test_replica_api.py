@@ -15,6 +15,7 @@ import pytest
 
 from broker.app import Broker
 from harvest_common.errors import WireError
+from harvest_common.hsr_client import server_record
 from harvest_common.replication import wire
 from harvest_common.replication.merkle import (
     BUCKET_BITS_DEFAULT,
@@ -24,7 +25,7 @@ from harvest_common.replication.merkle import (
 )
 from harvest_common.replication.version import Version
 from harvest_common.replication.wire import ChangeList
-from harvest_common.soif import Delete
+from harvest_common.soif import Delete, encode
 from tests.broker.registry.support import gid, version_of
 from tests.broker.test_api import IDENTITY, TOKEN, load, make, running, url_of
 
@@ -180,6 +181,31 @@ async def test_a_collection_is_copied_between_two_brokers_and_searchable(
     assert wanted == [oid_of("http://x.example/2")]
     assert (removed["upserted"], removed["removed"]) == (0, 1)
     await searched(session, b, "zebra", ["http://x.example/1"])
+
+
+async def test_a_mirrors_status_lists_the_collections_it_holds_by_replication(
+    brokers: tuple[Broker, Broker], session: aiohttp.ClientSession
+) -> None:
+    a, b = brokers
+    await load(a, "c1", ITEMS)
+    await replicate(session, a, b)
+    # B also holds what it was sent directly: a registration, as the HSR it may be.
+    registration = server_record("cache", name="c", host="cache.example", port=3128)
+    async with session.post(f"{url_of(b)}/api/hsr/register", data=encode(registration)) as r:
+        assert r.status == 201
+    async with session.get(f"{url_of(b)}/api/status") as response:
+        status = await response.json()
+    listed = {c["name"]: c for c in status["collections"]}
+    assert set(listed) == {"c1", "hsr"}
+    c1 = listed["c1"]
+    assert (c1["objects"], c1["replicated"], c1["scheduled"]) == (3, True, False)
+    assert (c1["cursor"], c1["last_pull"]) == (None, None)
+    assert (listed["hsr"]["objects"], listed["hsr"]["replicated"]) == (1, False)
+    assert status["objects"] == sum(c["objects"] for c in listed.values())
+    # The origin lists its own collection as pulled there.
+    async with session.get(f"{url_of(a)}/api/status") as response:
+        (own,) = (await response.json())["collections"]
+    assert (own["name"], own["objects"], own["replicated"]) == ("c1", 3, False)
 
 
 async def test_the_long_poll_returns_as_soon_as_there_is_a_change(
