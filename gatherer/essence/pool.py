@@ -51,6 +51,7 @@ _Kind = Literal["timeout", "crash", "memory", "error"]  # of failed jobs, counte
 CANNOT_START = "pool: workers cannot start"
 CLOSED = "pool: closed"
 MAX_REPLY_BYTES = 256 * 1024 * 1024  # a length beyond this means the stream is not frames
+LARGE_DOCUMENT_BYTES = 1024 * 1024  # documents this large are summarized one at a time
 
 _START_TIMEOUT = 30.0  # seconds a worker has to import its target and say it is ready
 _STOP_GRACE = 1.0  # seconds a worker has to exit once its input ends, before SIGKILL
@@ -114,9 +115,10 @@ class _BadFrame(Exception):
 
 
 def default_workers() -> int:
-    """One worker per CPU but the first, at least one: the crawl's own process (fetching,
-    parsing responses, the database) keeps a core busy, and each worker costs memory."""
-    return max(1, (os.cpu_count() or 1) - 1)
+    """One worker per CPU this process may run on: summarizing a page costs several times
+    what the crawl's own process spends on it (fetching, the database), so the workers,
+    not the crawl, are what keeps the cores busy."""
+    return len(os.sched_getaffinity(0))
 
 
 class SummarizerPool:
@@ -144,6 +146,7 @@ class SummarizerPool:
         self._idle: deque[_Slot] = deque()
         self._waiters: deque[asyncio.Future[_Slot | None]] = deque()
         self._parked: list[_Slot] = []  # slots that need a worker while starts are suspended
+        self._large = asyncio.Semaphore(1)  # held while a large document is summarized
         self._closed = True  # until entered, and again once left
         self._failed_starts = 0  # consecutive, over the pool
         self._retry_at = 0.0  # monotonic time until which starts are suspended
@@ -191,7 +194,17 @@ class SummarizerPool:
 
     async def run(self, document: Document, options: EssenceOptions) -> Summary:
         """Summarize ``document`` in a worker, waiting (first come, first served) for a free
-        one. Raises SummarizeError with one of the reasons in the module docstring."""
+        one. Raises SummarizeError with one of the reasons in the module docstring.
+
+        Documents of ``LARGE_DOCUMENT_BYTES`` or more take turns: summarizing takes memory in
+        proportion to the document (an HTML page's parse, tens of times its size), and two
+        at once would add up to the pool's peak."""
+        if len(document.content) < LARGE_DOCUMENT_BYTES:
+            return await self._run(document, options)
+        async with self._large:
+            return await self._run(document, options)
+
+    async def _run(self, document: Document, options: EssenceOptions) -> Summary:
         slot, worker = await self._checkout(document.url)
         try:
             return await self._exchange(worker, document, options)
