@@ -179,12 +179,14 @@ http://{host}:{port}{path}index.html URL={url_max} Delay=0 Depth=0
 
 
 class GroupSampler:
-    """Samples a process group every 50 ms while it runs: the peak of its summed RSS, and the
-    CPU seconds of its summarizer workers (each as last seen: they are idle when they end)."""
+    """Samples a process group every 50 ms while it runs: the peak of its summed RSS (and
+    what each process held then), and the CPU seconds of its summarizer workers (each as last
+    seen: they are idle when they end)."""
 
     def __init__(self, pgid: int) -> None:
         self.pgid = pgid
         self.peak_kib = 0
+        self.peak_parts: list[tuple[str, int]] = []
         self._worker_ticks: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -192,7 +194,7 @@ class GroupSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
-            total = 0
+            parts = []
             for pid in group_pids(self.pgid):
                 try:
                     status = Path(f"/proc/{pid}/status").read_text()
@@ -201,11 +203,14 @@ class GroupSampler:
                 except OSError:
                     continue
                 found = re.search(r"VmRSS:\s+(\d+)", status)
-                total += int(found.group(1)) if found else 0
-                if b"gatherer.essence.worker" in command:
+                worker = b"gatherer.essence.worker" in command
+                parts.append(("worker" if worker else "main", int(found.group(1)) if found else 0))
+                if worker:
                     fields = stat[stat.rfind(")") + 2 :].split()
                     self._worker_ticks[pid] = int(fields[11]) + int(fields[12])
-            self.peak_kib = max(self.peak_kib, total)
+            total = sum(kib for _, kib in parts)
+            if total > self.peak_kib:
+                self.peak_kib, self.peak_parts = total, parts
 
     def stop(self) -> tuple[float, float]:
         """The peak RSS in MB and the workers' CPU seconds."""
@@ -263,6 +268,7 @@ def measured(
     status = proc.wait(600)
     wall = time.monotonic() - started
     peak, workers = sampler.stop()
+    parts = [f"{kind} {kib / 1024:.0f}" for kind, kib in sampler.peak_parts]
     session.procs.live.remove(proc)
     # Children the program waited for (summarizer workers) count in its children's usage.
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -276,6 +282,7 @@ def measured(
         "cpu": cpu,
         "worker_cpu": workers,
         "peak": peak,
+        "peak_parts": parts,
         "neighbours": {name: cpu_seconds(pgid) - others[name] for name, pgid in neighbours.items()},
     }
 
@@ -330,6 +337,7 @@ def gather_once(
         "build": build,
         "run": label,
         "worker_cpu_seconds": round(run["worker_cpu"], 2),
+        "peak_rss_parts_mb": run["peak_parts"],
         "neighbour_cpu_seconds": {k: round(v, 2) for k, v in run["neighbours"].items()},
         "bytes": int(fetched.group(2)) if fetched else 0,
         "stored": int(stored.group(1)) if stored else 0,
@@ -337,7 +345,10 @@ def gather_once(
         "config": str(config),
     }
     shares = ", ".join(f"{k} {v:.2f}" for k, v in result["neighbour_cpu_seconds"].items())
-    say(f"{'':>20}  workers' CPU {result['worker_cpu_seconds']:.2f} s; meanwhile CPU s: {shares}")
+    say(
+        f"{'':>20}  workers' CPU {result['worker_cpu_seconds']:.2f} s; meanwhile CPU s: {shares};"
+        f" at the RSS peak (MB): {', '.join(run['peak_parts'])}"
+    )
     return result
 
 
