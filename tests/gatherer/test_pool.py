@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -376,10 +377,48 @@ async def test_a_pool_not_entered_takes_no_jobs() -> None:
     assert pool.stats().workers == 0
 
 
-def test_zero_workers_means_one_per_cpu() -> None:
-    pool = SummarizerPool(workers=0, timeout=1.0, memory_mb=64)
-    # One per CPU but the first, which the crawl itself keeps busy; never none.
-    assert pool.size == max(1, (os.cpu_count() or 1) - 1)
+def test_zero_workers_means_one_per_cpu_the_gatherer_may_use() -> None:
+    cpus = os.sched_getaffinity(0)
+    assert SummarizerPool(workers=0, timeout=1.0, memory_mb=64).size == len(cpus)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        assert SummarizerPool(workers=0, timeout=1.0, memory_mb=64).size == 1
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+async def resident_mb(pid: int) -> float:
+    statm = await asyncio.to_thread(Path(f"/proc/{pid}/statm").read_text)
+    return int(statm.split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+async def test_a_worker_gives_back_the_heap_a_job_left_free(make_pool: MakePool) -> None:
+    async with make_pool() as pool:
+        pid = pid_of(await pool.run(doc(), OPTIONS))
+        before = await resident_mb(pid)
+        await pool.run(doc("fragment"), OPTIONS)
+        # Replied once the worker is done with the job above, trimming included.
+        assert pid_of(await pool.run(doc(), OPTIONS)) == pid
+        assert await resident_mb(pid) < before + 8  # not the 40 MB the job freed
+
+
+def overlap(summaries: list[Summary]) -> bool:
+    (start_a, end_a), (start_b, end_b) = (
+        (float(attribute(s, "Started")), float(attribute(s, "Ended"))) for s in summaries
+    )
+    return start_a < end_b and start_b < end_a
+
+
+async def test_large_documents_take_turns_other_documents_do_not(make_pool: MakePool) -> None:
+    large = b"x" * pool_module.LARGE_DOCUMENT_BYTES
+    async with make_pool(workers=2) as pool:
+        small = [doc("timed", url=f"http://example.org/small{n}") for n in range(2)]
+        both = await asyncio.gather(*(pool.run(document, OPTIONS) for document in small))
+        assert overlap(both)
+        assert len({pid_of(summary) for summary in both}) == 2
+        big = [doc("timed", large, f"http://example.org/large{n}") for n in range(2)]
+        both = await asyncio.gather(*(pool.run(document, OPTIONS) for document in big))
+        assert not overlap(both)
 
 
 @pytest.mark.parametrize(
