@@ -243,6 +243,63 @@ async def test_waiting_jobs_are_served_first_come_first_served(make_pool: MakePo
     assert finished == list(range(10))
 
 
+async def test_a_worker_is_sent_its_next_job_while_it_runs_one(make_pool: MakePool) -> None:
+    async with make_pool(workers=1, timeout=30.0) as pool:
+        jobs = [
+            asyncio.create_task(pool.run(doc("sleep", b"0.3", f"http://example.org/{n}"), OPTIONS))
+            for n in range(3)
+        ]
+        await until(lambda: pool.stats().busy == 2)  # one running, one in its pipe; not three
+        summaries = await asyncio.gather(*jobs)
+        stats = pool.stats()
+    assert len({pid_of(s) for s in summaries}) == 1
+    assert (stats.jobs, stats.busy, stats.restarts) == (3, 0, 0)
+
+
+async def test_a_job_behind_one_that_kills_its_worker_goes_to_the_next(
+    make_pool: MakePool,
+) -> None:
+    async with make_pool(workers=1, timeout=0.5) as pool:
+        before = pid_of(await pool.run(doc(), OPTIONS))
+        hung, behind = await asyncio.gather(
+            pool.run(doc("hang"), OPTIONS), pool.run(doc(), OPTIONS), return_exceptions=True
+        )
+        stats = pool.stats()
+    assert isinstance(hung, SummarizeError)
+    assert hung.reason == "timeout after 0.5 s"
+    assert isinstance(behind, Summary)
+    assert pid_of(behind) != before  # never started by the killed worker: sent to its successor
+    assert (stats.jobs, stats.timeouts, stats.crashes, stats.restarts) == (4, 1, 0, 1)
+
+
+async def test_a_job_time_limit_runs_from_its_turn_not_from_its_sending(
+    make_pool: MakePool,
+) -> None:
+    async with make_pool(workers=1, timeout=1.0) as pool:
+        started = time.monotonic()
+        summaries = await asyncio.gather(
+            *(pool.run(doc("sleep", b"0.6", f"http://example.org/{n}"), OPTIONS) for n in range(2))
+        )
+    assert time.monotonic() - started >= 1.2  # the second waited 0.6 s behind the first
+    assert len({pid_of(s) for s in summaries}) == 1
+
+
+async def test_cancelling_a_job_waiting_in_a_pipe_leaves_the_running_one_alone(
+    make_pool: MakePool,
+) -> None:
+    async with make_pool(workers=1, timeout=30.0) as pool:
+        running = asyncio.create_task(pool.run(doc("sleep", b"0.5"), OPTIONS))
+        waiting = asyncio.create_task(pool.run(doc(), OPTIONS))
+        await until(lambda: pool.stats().busy == 2)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        first = pid_of(await running)
+        assert pid_of(await pool.run(doc(), OPTIONS)) == first
+        stats = pool.stats()
+    assert (stats.crashes, stats.restarts, stats.busy) == (0, 0, 0)
+
+
 async def test_workers_are_recycled_after_max_jobs(make_pool: MakePool) -> None:
     async with make_pool(max_jobs_per_worker=3) as pool:
         pids = [pid_of(await pool.run(doc(), OPTIONS)) for _ in range(7)]
