@@ -180,12 +180,14 @@ http://{host}:{port}{path}index.html URL={url_max} Delay=0 Depth=0
 
 class GroupSampler:
     """Samples a process group every 50 ms while it runs: the peak of its summed RSS (and
-    what each process held then), and the CPU seconds of its summarizer workers (each as last
-    seen: they are idle when they end)."""
+    what each process held then) and of its summed PSS (which counts a page shared by several
+    processes, libpython's say, once over all), and the CPU seconds of its summarizer workers
+    (each as last seen: they are idle when they end)."""
 
     def __init__(self, pgid: int) -> None:
         self.pgid = pgid
         self.peak_kib = 0
+        self.peak_pss_kib = 0
         self.peak_parts: list[tuple[str, int]] = []
         self._worker_ticks: dict[int, int] = {}
         self._stop = threading.Event()
@@ -195,9 +197,11 @@ class GroupSampler:
     def _run(self) -> None:
         while not self._stop.wait(0.05):
             parts = []
+            pss = 0
             for pid in group_pids(self.pgid):
                 try:
                     status = Path(f"/proc/{pid}/status").read_text()
+                    rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
                     stat = Path(f"/proc/{pid}/stat").read_text()
                     command = Path(f"/proc/{pid}/cmdline").read_bytes()
                 except OSError:
@@ -205,12 +209,15 @@ class GroupSampler:
                 found = re.search(r"VmRSS:\s+(\d+)", status)
                 worker = b"gatherer.essence.worker" in command
                 parts.append(("worker" if worker else "main", int(found.group(1)) if found else 0))
+                found = re.search(r"^Pss:\s+(\d+)", rollup, re.MULTILINE)
+                pss += int(found.group(1)) if found else 0
                 if worker:
                     fields = stat[stat.rfind(")") + 2 :].split()
                     self._worker_ticks[pid] = int(fields[11]) + int(fields[12])
             total = sum(kib for _, kib in parts)
             if total > self.peak_kib:
                 self.peak_kib, self.peak_parts = total, parts
+            self.peak_pss_kib = max(self.peak_pss_kib, pss)
 
     def stop(self) -> tuple[float, float]:
         """The peak RSS in MB and the workers' CPU seconds."""
@@ -282,6 +289,7 @@ def measured(
         "cpu": cpu,
         "worker_cpu": workers,
         "peak": peak,
+        "peak_pss": sampler.peak_pss_kib / 1024,
         "peak_parts": parts,
         "neighbours": {name: cpu_seconds(pgid) - others[name] for name, pgid in neighbours.items()},
     }
@@ -332,7 +340,7 @@ def gather_once(
     fetched = re.search(r"fetched (\d+) \((\d+) bytes\)", text)
     crawl_s = float(crawl.group(1)) if crawl else run["wall"]
     pages = int(fetched.group(1)) if fetched else 0
-    result = reported(f"{build} {label}", pages, crawl_s, run["wall"], run["cpu"], run["peak"])
+    result = reported(f"{build} {label}", pages, crawl_s, run)
     result |= {
         "build": build,
         "run": label,
@@ -371,10 +379,10 @@ def gather_set(setup: Setup, build: str, checkout: Path) -> list[dict[str, Any]]
     return runs
 
 
-def reported(
-    label: str, pages: int, crawl_s: float, wall: float, cpu: float, peak: float
-) -> dict[str, Any]:
-    """One run's figures, printed and as the report's entry."""
+def reported(label: str, pages: int, crawl_s: float, run: dict[str, Any]) -> dict[str, Any]:
+    """One run's figures (``run`` as ``measured`` gives them), printed and as the report's
+    entry."""
+    wall, cpu, peak = run["wall"], run["cpu"], run["peak"]
     result = {
         "label": label,
         "pages": pages,
@@ -384,15 +392,24 @@ def reported(
         "pages_per_s_wall": round(pages / wall, 1),
         "cpu_seconds": round(cpu, 2),
         "peak_rss_mb": round(peak, 1),
+        "peak_pss_mb": round(run["peak_pss"], 1),
     }
     say(
         f"{label:>20}: {pages} pages in {crawl_s:.2f} s = {result['pages_per_s']} pages/s"
-        f" ({result['pages_per_s_wall']}/s with start-up), CPU {cpu:.2f} s, peak RSS {peak:.0f} MB"
+        f" ({result['pages_per_s_wall']}/s with start-up), CPU {cpu:.2f} s, peak RSS {peak:.0f}"
+        f" MB (PSS {result['peak_pss_mb']:.0f} MB)"
     )
     return result
 
 
-MEASURES = ("pages_per_s", "pages_per_s_wall", "cpu_seconds", "worker_cpu_seconds", "peak_rss_mb")
+MEASURES = (
+    "pages_per_s",
+    "pages_per_s_wall",
+    "cpu_seconds",
+    "worker_cpu_seconds",
+    "peak_rss_mb",
+    "peak_pss_mb",
+)
 
 
 def summarized(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -481,7 +498,7 @@ def scrapy_once(setup: Setup, python: Path) -> dict[str, Any]:
     run = measured(setup.session, argv, top, {"nginx": setup.origin.proc.pid})
     figures = json.loads(run["text"].strip().splitlines()[-1])
     pages, crawl_s = int(figures["pages"]), float(figures["elapsed"]) or run["wall"]
-    return reported("scrapy", pages, crawl_s, run["wall"], run["cpu"], run["peak"])
+    return reported("scrapy", pages, crawl_s, run)
 
 
 def export_size(config: str) -> dict[str, int]:
