@@ -1,7 +1,9 @@
 """The WARC archive (ISO 28500) of what the gatherer fetched, for standard WARC tools.
 
 Files are ``{prefix}-{YYYYmmddHHMMSS}-{serial:05d}.warc.gz`` (UTC time of opening), each
-record a gzip member, each file opening with a ``warcinfo`` record. A file that has grown past
+record a gzip member (compressed at zlib's default level 6: warcio's own gzip writes level 9,
+which took 1.0 s of CPU for the 50 MB of the Python documentation against 0.58 s, for files
+1.5% smaller), each file opening with a ``warcinfo`` record. A file that has grown past
 ``rotate_bytes`` is closed before the next record, which starts a new one.
 
 HTTP(S) exchanges become a ``response`` record (status line and fields as received, then the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +37,9 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from gatherer.fetch.result import Fetched
+
+_GZIP_LEVEL = 6
+_GZIP_WBITS = zlib.MAX_WBITS + 16  # a gzip header and trailer around the deflate stream
 
 # Fields saying the body was sent in another form than the decoded one archived; with them,
 # Content-Length counted the bytes of that other form.
@@ -127,7 +133,7 @@ class WarcArchive:
         else:
             raise FileExistsError(f"no free serial for {self._prefix}-{stamp} in {self._directory}")
         self._file, self._paths = file, [*self._paths, path]
-        writer = self._writer = WARCWriter(file, gzip=True)
+        writer = self._writer = WARCWriter(_GzipMembers(file), gzip=False)
         info = {"software": self._software, "format": "WARC File Format 1.0"}
         writer.write_record(writer.create_warcinfo_record(path.name, info))
         return writer
@@ -136,6 +142,23 @@ class WarcArchive:
         if self._file is not None:
             self._file.close()
         self._file = self._writer = None
+
+
+class _GzipMembers:
+    """Writes to ``file`` as gzip members, one per WARC record: warcio flushes its output at
+    the end of every record, and each flush ends a member."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self._compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
+
+    def write(self, data: bytes) -> None:
+        self._file.write(self._compressor.compress(data))
+
+    def flush(self) -> None:
+        self._file.write(self._compressor.flush())
+        self._file.flush()
+        self._compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
 
 
 def _split_head(head: bytes) -> tuple[str, list[tuple[str, str]]]:

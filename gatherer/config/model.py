@@ -169,7 +169,7 @@ class GathererConfig:
     Schedule: ``refresh_rate``, ``time_to_live``, ``access_delay``, ``gather_interval`` (how
     often runs are started: the export service's metrics and alert compare with it; seconds).
     Summarizing: ``summarizer_timeout`` (seconds), ``summarizer_memory_mb``,
-    ``summarizer_workers`` (0: one per CPU but the first), ``stoplist``, ``full_text``,
+    ``summarizer_workers`` (0: one per CPU), ``stoplist``, ``full_text``,
     ``unnest_max_bytes``, ``unnest_max_members``, ``unnest_max_depth``, ``members_as_records``.
     Archive: ``archive_rotate_bytes``. What to gather: ``root_nodes``, ``leaf_nodes``.
     Registration: ``hsr``, the Harvest Server Registry ``serve`` keeps the gatherer

@@ -7,11 +7,19 @@ replaced; the document fails with a SummarizeError whose ``reason`` is one of:
 
 - ``timeout after 10.0 s``: the worker was killed (SIGKILL);
 - ``crashed: signal 11``, ``crashed: exit 3``: the worker died; ``crashed: bad reply`` and
-  ``crashed: reply too large``: its output was not a frame, so it was killed;
+  ``crashed: reply too large``: its output was not a frame, so it was killed; ``crashed: its
+  workers ended before starting it``: each worker it was sent to (four) failed on the job
+  ahead of it;
 - ``memory: limit 512 MB``: the summarizer hit the memory limit; the worker exits after saying so;
 - ``error: ValueError``: the summarizer raised; the worker goes on. A SummarizeError raised by
   the summarizer keeps its own reason;
 - ``pool: workers cannot start`` (see below), ``pool: closed``.
+
+A worker holds two jobs at once: the one it runs and the next, already in its pipe, so that it
+never waits for the pool's process between jobs. Its replies are read in turn; each job's time
+limit runs from the moment it is the worker's (the reply before it read). When a worker fails,
+its job fails as above and the job waiting behind it, which it never started, goes to a worker
+again (first in line).
 
 A replacement is started when a job next takes the slot, so a failure costs no idle process
 and the next job never meets a dead worker. Workers are also replaced after
@@ -35,7 +43,7 @@ import pickle
 import sys
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
 
@@ -43,6 +51,7 @@ from gatherer.errors import SummarizeError
 from gatherer.essence.document import Document, Summary
 from gatherer.essence.options import EssenceOptions
 from gatherer.essence.worker import HEADER_BYTES, READY
+from harvest_common.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +60,15 @@ _Kind = Literal["timeout", "crash", "memory", "error"]  # of failed jobs, counte
 CANNOT_START = "pool: workers cannot start"
 CLOSED = "pool: closed"
 MAX_REPLY_BYTES = 256 * 1024 * 1024  # a length beyond this means the stream is not frames
+LARGE_DOCUMENT_BYTES = 1024 * 1024  # documents this large are summarized one at a time
 
 _START_TIMEOUT = 30.0  # seconds a worker has to import its target and say it is ready
 _STOP_GRACE = 1.0  # seconds a worker has to exit once its input ends, before SIGKILL
 _START_ATTEMPTS = 5  # consecutive failed starts, over the pool, before starts are suspended
 _BACKOFF = 0.05  # seconds before the second attempt; doubled before each further one
 _RETRY_AFTER = 30.0  # seconds starts stay suspended
+_DEPTH = 2  # jobs a worker holds at once: the one it runs and the next, waiting in its pipe
+_SENDS = 4  # times a job goes to a worker that ends before starting it, before it fails
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +78,7 @@ class PoolStats:
     ``restarts`` counts workers started to replace one (after a failure or recycling)."""
 
     workers: int  # worker processes ready for a job or running one
-    busy: int  # jobs running now
+    busy: int  # jobs sent to a worker and not answered yet (running, or next in its pipe)
     jobs: int
     timeouts: int
     crashes: int
@@ -77,6 +89,19 @@ class PoolStats:
 
 
 @dataclass(slots=True, eq=False)
+class _Job:
+    """A job sent to a worker; its reader sets ``answer`` (a Summary, a SummarizeError, or
+    _NotStarted)."""
+
+    url: str
+    answer: asyncio.Future[Summary]
+
+
+class _NotStarted(Exception):
+    """The worker ended before it started the job: the job may go to another."""
+
+
+@dataclass(slots=True, eq=False)
 class _Worker:
     process: asyncio.subprocess.Process
     stdin: asyncio.StreamWriter
@@ -84,10 +109,16 @@ class _Worker:
     ready: bool = False
     retired: bool = False  # takes no more jobs: stopped and replaced when its slot is next used
     jobs: int = 0
+    pending: deque[_Job] = field(default_factory=deque)  # sent, not answered, in order
+    reading: bool = False  # a reader answers the pending jobs
 
     @property
     def usable(self) -> bool:
         return self.ready and not self.retired and self.process.returncode is None
+
+    @property
+    def has_room(self) -> bool:
+        return self.usable and len(self.pending) < _DEPTH
 
     def kill(self) -> None:
         self.retired = True
@@ -99,10 +130,13 @@ class _Worker:
 @dataclass(slots=True, eq=False)
 class _Slot:
     """One place for a worker. Whoever holds the slot owns its worker: only they start, stop
-    or replace it."""
+    or replace it. After sending a job the holder passes the slot on if the worker has room for
+    another, else lends it to the worker's reader, which passes it on once the worker has room
+    or has answered all its jobs (so a worker is never stopped with jobs in hand)."""
 
     worker: _Worker | None = None
     starts: int = 0
+    lent: bool = False
 
 
 class _BadFrame(Exception):
@@ -114,9 +148,10 @@ class _BadFrame(Exception):
 
 
 def default_workers() -> int:
-    """One worker per CPU but the first, at least one: the crawl's own process (fetching,
-    parsing responses, the database) keeps a core busy, and each worker costs memory."""
-    return max(1, (os.cpu_count() or 1) - 1)
+    """One worker per CPU this process may run on: summarizing a page costs several times
+    what the crawl's own process spends on it (fetching, the database), so the workers,
+    not the crawl, are what keeps the cores busy."""
+    return len(os.sched_getaffinity(0))
 
 
 class SummarizerPool:
@@ -144,10 +179,11 @@ class SummarizerPool:
         self._idle: deque[_Slot] = deque()
         self._waiters: deque[asyncio.Future[_Slot | None]] = deque()
         self._parked: list[_Slot] = []  # slots that need a worker while starts are suspended
+        self._large = asyncio.Semaphore(1)  # held while a large document is summarized
         self._closed = True  # until entered, and again once left
         self._failed_starts = 0  # consecutive, over the pool
         self._retry_at = 0.0  # monotonic time until which starts are suspended
-        self._busy = 0
+        self._readers = TaskSet()
         self._jobs = 0
         self._restarts = 0
         self._failed_starts_total = 0
@@ -179,7 +215,7 @@ class SummarizerPool:
     def stats(self) -> PoolStats:
         return PoolStats(
             workers=sum(1 for s in self._slots if s.worker is not None and s.worker.usable),
-            busy=self._busy,
+            busy=sum(len(s.worker.pending) for s in self._slots if s.worker is not None),
             jobs=self._jobs,
             timeouts=self._failures["timeout"],
             crashes=self._failures["crash"],
@@ -191,24 +227,51 @@ class SummarizerPool:
 
     async def run(self, document: Document, options: EssenceOptions) -> Summary:
         """Summarize ``document`` in a worker, waiting (first come, first served) for a free
-        one. Raises SummarizeError with one of the reasons in the module docstring."""
-        slot, worker = await self._checkout(document.url)
-        try:
-            return await self._exchange(worker, document, options)
-        finally:
-            self._release(slot)
+        one. Raises SummarizeError with one of the reasons in the module docstring.
+
+        Documents of ``LARGE_DOCUMENT_BYTES`` or more take turns: summarizing takes memory in
+        proportion to the document (an HTML page's parse, tens of times its size), and two
+        at once would add up to the pool's peak."""
+        if len(document.content) < LARGE_DOCUMENT_BYTES:
+            return await self._run(document, options)
+        async with self._large:
+            return await self._run(document, options)
+
+    async def _run(self, document: Document, options: EssenceOptions) -> Summary:
+        url = document.url
+        for send in range(_SENDS):
+            slot, worker = await self._checkout(url, first=send > 0)
+            # Made once a worker is at hand: a job waiting for one holds only its document.
+            frame = pickle.dumps((document, options), pickle.HIGHEST_PROTOCOL)
+            job = self._send(slot, worker, url, frame)
+            del frame  # (the worker's pipe holds it now)
+            try:
+                try:
+                    with contextlib.suppress(ConnectionError):  # (its reader finds it gone)
+                        await worker.stdin.drain()
+                finally:
+                    self._pass_on(slot, worker)
+                return await job.answer
+            except _NotStarted:
+                continue
+            except asyncio.CancelledError:
+                job.answer.cancel()  # its reply, if it comes, answers no one
+                if worker.pending and worker.pending[0] is job:
+                    worker.kill()  # it is running: stop it
+                raise
+        raise self._failure("crash", url, "crashed: its workers ended before starting it")
 
     # -- handing out slots -------------------------------------------------------------------------
 
-    async def _checkout(self, url: str) -> tuple[_Slot, _Worker]:
-        """A slot and its worker, ready for a job."""
+    async def _checkout(self, url: str, *, first: bool = False) -> tuple[_Slot, _Worker]:
+        """A slot and its worker, ready for a job; ``first``: ahead of the jobs waiting."""
         while True:
             self._unpark()
             if self._closed:
                 raise SummarizeError(url, CLOSED)
             if len(self._parked) == len(self._slots):
                 raise SummarizeError(url, CANNOT_START)
-            slot = await self._acquire()
+            slot = await self._acquire(first)
             if slot is None:
                 continue  # woken to look again: the pool closed or lost its last worker
             try:
@@ -223,14 +286,17 @@ class SummarizerPool:
             else:
                 self._park(slot)
 
-    async def _acquire(self) -> _Slot | None:
-        if self._idle and not self._waiters:
-            # A slot whose worker is ready first: one that needs a new worker can wait.
-            slot = next((s for s in self._idle if s.worker and s.worker.usable), self._idle[0])
+    async def _acquire(self, first: bool) -> _Slot | None:
+        if self._idle and (first or not self._waiters):
+            # The slot whose worker has the fewest jobs: one that needs a new worker can wait.
+            slot = min(self._idle, key=_load)
             self._idle.remove(slot)
             return slot
         waiter: asyncio.Future[_Slot | None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        if first:
+            self._waiters.appendleft(waiter)
+        else:
+            self._waiters.append(waiter)
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -267,60 +333,94 @@ class SummarizerPool:
             if not waiter.done():
                 waiter.set_result(None)
 
-    # -- one job -----------------------------------------------------------------------------------
+    # -- jobs and replies --------------------------------------------------------------------------
 
-    async def _exchange(
-        self, worker: _Worker, document: Document, options: EssenceOptions
-    ) -> Summary:
-        url = document.url
-        self._busy += 1
+    def _send(self, slot: _Slot, worker: _Worker, url: str, frame: bytes) -> _Job:
+        job = _Job(url, asyncio.get_running_loop().create_future())
+        worker.pending.append(job)
+        worker.jobs += 1
         self._jobs += 1
-        try:
-            reply = await self._call(
-                worker, url, pickle.dumps((document, options), pickle.HIGHEST_PROTOCOL)
-            )
-        finally:
-            self._busy -= 1
-            worker.jobs += 1
-            if worker.jobs >= self._max_jobs:
-                worker.retired = True
-        match reply:
-            case ("ok", Summary() as summary):
-                return summary
-            case ("error", "SummarizeError", str() as reason):
-                raise self._failure("error", url, reason)
-            case ("error", str() as name, str() as message):
-                log.debug("%s: summarizer raised %s: %s", url, name, message)
-                raise self._failure("error", url, f"error: {name}")
-            case ("memory",):
-                worker.retired = True  # it exits by itself
-                raise self._failure("memory", url, f"memory: limit {self._memory_mb} MB")
-            case _:
-                worker.kill()
-                raise self._failure("crash", url, "crashed: bad reply")
+        if worker.jobs >= self._max_jobs:
+            worker.retired = True  # replaced once it has answered its jobs
+        # One write: a separate header would cost the worker a wakeup of its own.
+        worker.stdin.writelines((len(frame).to_bytes(HEADER_BYTES, "big"), frame))
+        if not worker.reading:
+            worker.reading = True
+            self._readers.spawn(self._read(slot, worker), f"summarizer replies {url}")
+        return job
 
-    async def _call(self, worker: _Worker, url: str, job: bytes) -> object:
-        """Send ``job`` and return the reply; a worker that fails to give one is killed."""
+    def _pass_on(self, slot: _Slot, worker: _Worker) -> None:
+        if worker.has_room:
+            self._release(slot)
+        else:
+            slot.lent = True
+
+    async def _read(self, slot: _Slot, worker: _Worker) -> None:
+        """Answer the worker's jobs in turn, until none is left or the worker is done for;
+        the jobs it never started then fail with _NotStarted."""
+        try:
+            while worker.pending:
+                done_for = await self._answer(worker, worker.pending[0])
+                worker.pending.popleft()
+                if done_for:
+                    break
+                if slot.lent and worker.has_room:
+                    slot.lent = False
+                    self._release(slot)
+        finally:
+            for job in worker.pending:
+                if not job.answer.done():
+                    job.answer.set_exception(_NotStarted())
+            worker.pending.clear()
+            worker.reading = False
+            if slot.lent:
+                slot.lent = False
+                self._release(slot)
+
+    async def _answer(self, worker: _Worker, job: _Job) -> bool:
+        """Read ``job``'s reply and answer it; True if the worker is done for (killed, dead,
+        or exiting). A worker that fails to give a reply is killed."""
         try:
             async with asyncio.timeout(self._timeout):
-                # One write: a separate header would cost the worker a wakeup of its own.
-                worker.stdin.writelines((len(job).to_bytes(HEADER_BYTES, "big"), job))
-                await worker.stdin.drain()
-                return await _receive(worker.stdout)
+                reply = await _receive(worker.stdout)
         except TimeoutError:
             worker.kill()
-            raise self._failure("timeout", url, f"timeout after {self._timeout} s") from None
+            self._fail(job, "timeout", f"timeout after {self._timeout} s")
+            return True
         except (asyncio.IncompleteReadError, ConnectionError):
             status = await _stop(worker)
             if self._closed:
-                raise SummarizeError(url, CLOSED) from None
-            raise self._failure("crash", url, _crash_reason(status)) from None
+                if not job.answer.done():
+                    job.answer.set_exception(SummarizeError(job.url, CLOSED))
+            else:
+                self._fail(job, "crash", _crash_reason(status))
+            return True
         except _BadFrame as bad:
             worker.kill()
-            raise self._failure("crash", url, f"crashed: {bad.reason}") from None
-        except BaseException:
-            worker.kill()  # cancelled mid-job: its reply would come out of turn
-            raise
+            self._fail(job, "crash", f"crashed: {bad.reason}")
+            return True
+        match reply:
+            case ("ok", Summary() as summary):
+                if not job.answer.done():
+                    job.answer.set_result(summary)
+            case ("error", "SummarizeError", str() as reason):
+                self._fail(job, "error", reason)
+            case ("error", str() as name, str() as message):
+                log.debug("%s: summarizer raised %s: %s", job.url, name, message)
+                self._fail(job, "error", f"error: {name}")
+            case ("memory",):
+                worker.retired = True  # it exits by itself
+                self._fail(job, "memory", f"memory: limit {self._memory_mb} MB")
+                return True
+            case _:
+                worker.kill()
+                self._fail(job, "crash", "crashed: bad reply")
+                return True
+        return False
+
+    def _fail(self, job: _Job, kind: _Kind, reason: str) -> None:
+        if not job.answer.done():  # (a job given up by its caller counts no failure)
+            job.answer.set_exception(self._failure(kind, job.url, reason))
 
     def _failure(self, kind: _Kind, url: str, reason: str) -> SummarizeError:
         self._failures[kind] += 1
@@ -421,6 +521,8 @@ class SummarizerPool:
             for slot in self._slots:
                 if slot.worker is not None:
                     group.create_task(_stop(slot.worker))
+        # The workers are gone: their readers end at once, failing what was left.
+        await self._readers.drain(_STOP_GRACE)
 
 
 async def _receive(reader: asyncio.StreamReader) -> object:
@@ -445,6 +547,12 @@ async def _stop(worker: _Worker) -> int:
     except TimeoutError:
         worker.kill()
         return await worker.process.wait()
+
+
+def _load(slot: _Slot) -> int:
+    """Jobs the slot's worker holds; a slot that needs a new worker counts as full."""
+    worker = slot.worker
+    return len(worker.pending) if worker is not None and worker.usable else _DEPTH
 
 
 def _crash_reason(status: int) -> str:

@@ -12,12 +12,18 @@ Both pipes carry frames: a 4-byte big-endian length, then a pickle.
   after which the worker exits: its heap may be too fragmented to trust.
 - End of input ends the worker.
 
+After a job that left it ``_TRIM_GROWTH`` larger than it was after the last such job, the
+worker hands the C heap's free pages back to the system: glibc keeps what a large document's
+parse freed (the heap is fragmented, so its top is rarely free), and a worker would otherwise
+stay the size of the largest document it has met.
+
 The protocol pipes are private descriptors: fd 0 reads /dev/null and fd 1 writes to stderr, so a
 summarizer that prints (from Python or C) or reads stdin cannot corrupt the frames.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import pickle
@@ -39,6 +45,7 @@ CANNOT_LOAD = 2  # exit status: the target could not be imported
 
 _MEMORY_REPLY = pickle.dumps(("memory",))  # made before any limit: sending it allocates nothing
 _MESSAGE_CHARS = 500  # of an exception's text, kept for the pool's debug log
+_TRIM_GROWTH = 16 * 1024 * 1024  # bytes of resident growth after which the heap is trimmed
 
 
 def main(argv: list[str]) -> int:
@@ -62,8 +69,8 @@ def main(argv: list[str]) -> int:
 
 
 def _write_frame(stream: BinaryIO, payload: bytes) -> None:
-    stream.write(len(payload).to_bytes(HEADER_BYTES, "big"))
-    stream.write(payload)
+    # One write: a header written apart would wake the pool's process once more.
+    stream.write(len(payload).to_bytes(HEADER_BYTES, "big") + payload)
     stream.flush()
 
 
@@ -97,16 +104,38 @@ def _limit_memory(memory_mb: int) -> None:
     so an absolute cap would leave unknown room for the document. A job's frame and its
     unpickled document both count against the headroom. Linux only (reads /proc).
     """
-    with open("/proc/self/statm", "rb") as statm:
-        current = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    limit = current + memory_mb * 1024 * 1024
+    limit = _statm_bytes(0) + memory_mb * 1024 * 1024
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+class _Trimmer:
+    """Trims the C heap (glibc's ``malloc_trim``) once the worker has grown ``_TRIM_GROWTH``
+    since the last trim; does nothing where there is no ``malloc_trim`` (another C library)."""
+
+    def __init__(self) -> None:
+        self._malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+        self._floor = _statm_bytes(1)
+
+    def after_job(self) -> None:
+        if self._malloc_trim is None or _statm_bytes(1) - self._floor < _TRIM_GROWTH:
+            return
+        self._malloc_trim(0)
+        # Memory still in use after the trim is the new floor: no trimming after every job
+        # once the target has loaded something large for good (a language model, say).
+        self._floor = _statm_bytes(1)
+
+
+def _statm_bytes(field: int) -> int:
+    """Field ``field`` of /proc/self/statm in bytes: 0 the address space, 1 the resident set."""
+    with open("/proc/self/statm", "rb") as statm:
+        return int(statm.read().split()[field]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _serve(target: Target, jobs: BinaryIO, replies: BinaryIO) -> None:
+    trimmer = _Trimmer()
     while True:
         try:
             reply = _answer(target, jobs)
@@ -119,6 +148,7 @@ def _serve(target: Target, jobs: BinaryIO, replies: BinaryIO) -> None:
         _write_frame(replies, reply)
         if reply is _MEMORY_REPLY:
             return
+        trimmer.after_job()  # after the reply: the pool is not kept waiting for it
 
 
 def _answer(target: Target, jobs: BinaryIO) -> bytes | None:

@@ -54,6 +54,29 @@ def _sleep(document: Document, options: EssenceOptions) -> Summary:
     return echo(document, options)
 
 
+def _timed(document: Document, options: EssenceOptions) -> Summary:
+    """Busy for half a second, saying when (the monotonic clock is the same in every process)."""
+    started = time.monotonic()
+    time.sleep(0.5)
+    times = (("Started", repr(started).encode()), ("Ended", repr(time.monotonic()).encode()))
+    return Summary(type="Timed", attributes=(*times, ("Pid", str(os.getpid()).encode())))
+
+
+# Kept for the worker's life: small C-heap blocks between large freed ones, which glibc's free
+# then cannot give back from the top of the heap.
+_PINS: list[bytes] = []
+
+
+def _fragment(document: Document, options: EssenceOptions) -> Summary:
+    """Leaves 40 MB of the C heap free but fragmented, as a large document's parse does."""
+    large = []
+    for _ in range(400):
+        large.append(bytes(100 * 1024))  # below glibc's mmap threshold: on the heap
+        _PINS.append(bytes(1000))
+    del large
+    return echo(document, options)
+
+
 def _exit(document: Document, options: EssenceOptions) -> Summary:
     os._exit(3)
 
@@ -119,6 +142,8 @@ _ACTIONS: dict[str, Callable[[Document, EssenceOptions], Summary]] = {
     "refuse": _refuse,
     "hang": _hang,
     "sleep": _sleep,
+    "timed": _timed,
+    "fragment": _fragment,
     "exit": _exit,
     "segfault": _segfault,
     "hog": _hog,

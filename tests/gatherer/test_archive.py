@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,29 @@ async def test_http_exchanges_and_resources(tmp_path: Path, origin: Origin) -> N
     warcio("check", path)  # every digest verified
     index = [json.loads(line) for line in warcio("index", path).splitlines()]
     assert [entry.get("warc-target-uri") for entry in index[1:]] == [r["uri"] for r in records[1:]]
+
+
+def gzip_members(data: bytes) -> list[tuple[int, bytes]]:
+    """Each gzip member of ``data``: its header's XFL byte (2 for level 9, 4 for level 1, 0
+    between) and what it holds."""
+    members = []
+    while data:
+        member = zlib.decompressobj(zlib.MAX_WBITS + 16)
+        members.append((data[8], member.decompress(data)))
+        assert member.eof
+        data = member.unused_data
+    return members
+
+
+async def test_each_record_is_a_gzip_member_of_its_own(tmp_path: Path) -> None:
+    async with WarcArchive(tmp_path, rotate_bytes=1 << 30, software="t") as archive:
+        for n in range(3):
+            await archive.record(resource(f"file:///doc{n}", TEXT))
+    (path,) = archive.paths
+    members = gzip_members(await asyncio.to_thread(path.read_bytes))
+    assert len(members) == len(read(path)) == 4  # warcinfo and three resources
+    assert all(held.startswith(b"WARC/1.") for _, held in members)
+    assert {flags for flags, _ in members} == {0}  # zlib's default level, not 9
 
 
 async def test_rotation_starts_new_files(tmp_path: Path) -> None:

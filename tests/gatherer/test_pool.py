@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -242,6 +243,63 @@ async def test_waiting_jobs_are_served_first_come_first_served(make_pool: MakePo
     assert finished == list(range(10))
 
 
+async def test_a_worker_is_sent_its_next_job_while_it_runs_one(make_pool: MakePool) -> None:
+    async with make_pool(workers=1, timeout=30.0) as pool:
+        jobs = [
+            asyncio.create_task(pool.run(doc("sleep", b"0.3", f"http://example.org/{n}"), OPTIONS))
+            for n in range(3)
+        ]
+        await until(lambda: pool.stats().busy == 2)  # one running, one in its pipe; not three
+        summaries = await asyncio.gather(*jobs)
+        stats = pool.stats()
+    assert len({pid_of(s) for s in summaries}) == 1
+    assert (stats.jobs, stats.busy, stats.restarts) == (3, 0, 0)
+
+
+async def test_a_job_behind_one_that_kills_its_worker_goes_to_the_next(
+    make_pool: MakePool,
+) -> None:
+    async with make_pool(workers=1, timeout=0.5) as pool:
+        before = pid_of(await pool.run(doc(), OPTIONS))
+        hung, behind = await asyncio.gather(
+            pool.run(doc("hang"), OPTIONS), pool.run(doc(), OPTIONS), return_exceptions=True
+        )
+        stats = pool.stats()
+    assert isinstance(hung, SummarizeError)
+    assert hung.reason == "timeout after 0.5 s"
+    assert isinstance(behind, Summary)
+    assert pid_of(behind) != before  # never started by the killed worker: sent to its successor
+    assert (stats.jobs, stats.timeouts, stats.crashes, stats.restarts) == (4, 1, 0, 1)
+
+
+async def test_a_job_time_limit_runs_from_its_turn_not_from_its_sending(
+    make_pool: MakePool,
+) -> None:
+    async with make_pool(workers=1, timeout=1.0) as pool:
+        started = time.monotonic()
+        summaries = await asyncio.gather(
+            *(pool.run(doc("sleep", b"0.6", f"http://example.org/{n}"), OPTIONS) for n in range(2))
+        )
+    assert time.monotonic() - started >= 1.2  # the second waited 0.6 s behind the first
+    assert len({pid_of(s) for s in summaries}) == 1
+
+
+async def test_cancelling_a_job_waiting_in_a_pipe_leaves_the_running_one_alone(
+    make_pool: MakePool,
+) -> None:
+    async with make_pool(workers=1, timeout=30.0) as pool:
+        running = asyncio.create_task(pool.run(doc("sleep", b"0.5"), OPTIONS))
+        waiting = asyncio.create_task(pool.run(doc(), OPTIONS))
+        await until(lambda: pool.stats().busy == 2)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        first = pid_of(await running)
+        assert pid_of(await pool.run(doc(), OPTIONS)) == first
+        stats = pool.stats()
+    assert (stats.crashes, stats.restarts, stats.busy) == (0, 0, 0)
+
+
 async def test_workers_are_recycled_after_max_jobs(make_pool: MakePool) -> None:
     async with make_pool(max_jobs_per_worker=3) as pool:
         pids = [pid_of(await pool.run(doc(), OPTIONS)) for _ in range(7)]
@@ -376,10 +434,48 @@ async def test_a_pool_not_entered_takes_no_jobs() -> None:
     assert pool.stats().workers == 0
 
 
-def test_zero_workers_means_one_per_cpu() -> None:
-    pool = SummarizerPool(workers=0, timeout=1.0, memory_mb=64)
-    # One per CPU but the first, which the crawl itself keeps busy; never none.
-    assert pool.size == max(1, (os.cpu_count() or 1) - 1)
+def test_zero_workers_means_one_per_cpu_the_gatherer_may_use() -> None:
+    cpus = os.sched_getaffinity(0)
+    assert SummarizerPool(workers=0, timeout=1.0, memory_mb=64).size == len(cpus)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        assert SummarizerPool(workers=0, timeout=1.0, memory_mb=64).size == 1
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+async def resident_mb(pid: int) -> float:
+    statm = await asyncio.to_thread(Path(f"/proc/{pid}/statm").read_text)
+    return int(statm.split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+async def test_a_worker_gives_back_the_heap_a_job_left_free(make_pool: MakePool) -> None:
+    async with make_pool() as pool:
+        pid = pid_of(await pool.run(doc(), OPTIONS))
+        before = await resident_mb(pid)
+        await pool.run(doc("fragment"), OPTIONS)
+        # Replied once the worker is done with the job above, trimming included.
+        assert pid_of(await pool.run(doc(), OPTIONS)) == pid
+        assert await resident_mb(pid) < before + 8  # not the 40 MB the job freed
+
+
+def overlap(summaries: list[Summary]) -> bool:
+    (start_a, end_a), (start_b, end_b) = (
+        (float(attribute(s, "Started")), float(attribute(s, "Ended"))) for s in summaries
+    )
+    return start_a < end_b and start_b < end_a
+
+
+async def test_large_documents_take_turns_other_documents_do_not(make_pool: MakePool) -> None:
+    large = b"x" * pool_module.LARGE_DOCUMENT_BYTES
+    async with make_pool(workers=2) as pool:
+        small = [doc("timed", url=f"http://example.org/small{n}") for n in range(2)]
+        both = await asyncio.gather(*(pool.run(document, OPTIONS) for document in small))
+        assert overlap(both)
+        assert len({pid_of(summary) for summary in both}) == 2
+        big = [doc("timed", large, f"http://example.org/large{n}") for n in range(2)]
+        both = await asyncio.gather(*(pool.run(document, OPTIONS) for document in big))
+        assert not overlap(both)
 
 
 @pytest.mark.parametrize(
