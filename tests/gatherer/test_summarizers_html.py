@@ -423,6 +423,26 @@ def test_deep_nesting_of_unread_tags_keeps_headings_and_text() -> None:
     assert found["Abstract"] == b"Kept text"
 
 
+@pytest.mark.parametrize(
+    ("markup", "deep"),
+    [
+        pytest.param("<p>x</p>" * 50_000, False, id="many-closed"),
+        pytest.param("<div>" * 2049, True, id="over-the-depth"),
+        pytest.param("<div>" * 2048, False, id="at-the-depth"),
+        # Opened in one chunk, the bound carries into the next.
+        pytest.param("<div>" * 1500 + "x" * 5000 + "<div>" * 600, True, id="across-chunks"),
+    ],
+)
+def test_the_nesting_bound_is_never_below_the_depth(markup: str, deep: bool) -> None:
+    assert html._may_nest_deep(markup) is deep
+
+
+def test_a_page_the_quick_bound_doubts_is_parsed_whole_when_it_nests_shallow() -> None:
+    markup = "<div>" * 1500 + "</div>" * 1500 + "<div>" * 1500 + "<em>kept</em>"
+    assert html._may_nest_deep(markup)  # ends are counted as tags within a chunk
+    assert html._shallow(markup) == markup
+
+
 def test_a_ten_megabyte_page_is_summarized() -> None:
     row = '<p>Row of text with a <a href="/item/{}.html">link</a>.</p>\n'
     markup = "<title>Big</title>" + "".join(row.format(i % 50_000) for i in range(160_000))

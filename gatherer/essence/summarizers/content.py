@@ -85,13 +85,13 @@ def main_node(tree: LexborHTMLParser) -> LexborNode | None:
     body = tree.body
     if body is None:
         return None
-    page_chars = _text_length(body)
-    content = _marked(tree, page_chars)
-    if content is None:
+    # The page's text is measured only when its own <main> is not the content.
+    content = _main(tree) or _article(tree, page_chars := _text_length(body))
+    if content is not None:
+        _remove_frame(content, _text_length(content))
+    else:
         _remove_frame(body, page_chars)
         content = _densest(body)
-    else:
-        _remove_frame(content, _text_length(content))
     for mark in content.css("a.headerlink"):
         mark.decompose()
     return content
@@ -118,11 +118,16 @@ def _text_length(node: LexborNode) -> int:
     return len(node.text(separator=" "))
 
 
-def _marked(tree: LexborHTMLParser, page_chars: int) -> LexborNode | None:
-    """The element the page marks as its content, if one holds enough of its text."""
+def _main(tree: LexborHTMLParser) -> LexborNode | None:
+    """The element the page names its main content, if it holds some text."""
     for node in tree.css(_MAIN):
         if _text_length(node) >= _MAIN_MIN_CHARS:
             return node
+    return None
+
+
+def _article(tree: LexborHTMLParser, page_chars: int) -> LexborNode | None:
+    """The largest article, if it holds a fair share of the page's text."""
     best: LexborNode | None = None
     best_chars = int(page_chars * _ARTICLE_SHARE)
     for node in tree.css(_ARTICLES):

@@ -59,7 +59,7 @@ _REFRESH_DELAY = re.compile(r"\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?", re.IGNORECAS
 # deep costs O(N²) time (100,000 unclosed <div>s take ~25 s). A page that may nest deeper
 # than this is parsed with only the tags the summary reads, which cannot nest deeply.
 _MAX_DEPTH = 2048
-_TAG = re.compile(r"<(/?)[a-z]", re.IGNORECASE)
+_DEPTH_CHUNK = 4096
 _START_OR_END_TAG = re.compile(
     r"<(/?)(?!(?:area|base|br|col|embed|hr|img|input|link|meta|source|track|wbr)[\s/>])[a-z]",
     re.IGNORECASE,
@@ -130,15 +130,28 @@ def _declared_charset(prefix: bytes) -> str | None:
 def _shallow(text: str) -> str:
     """``text``, or, if its elements may nest deeper than ``_MAX_DEPTH``, ``text`` with
     every tag the summary does not read turned into a space."""
-    if text.count("<") <= _MAX_DEPTH:  # too few tags to nest that deep
+    if not _may_nest_deep(text):
         return text
-    # Upper bounds on nesting, as though nothing but end tags closed an element: a quick one
-    # counting void elements as opened (they rarely add up to much), then the exact one.
-    for tags in (_TAG, _START_OR_END_TAG):
-        steps = (-1 if end else 1 for end in tags.findall(text))
-        if max(accumulate(steps), default=0) <= _MAX_DEPTH:
-            return text
+    # An upper bound on nesting, as though nothing but end tags closed an element.
+    steps = (-1 if end else 1 for end in _START_OR_END_TAG.findall(text))
+    if max(accumulate(steps), default=0) <= _MAX_DEPTH:
+        return text
     return _UNREAD_TAG.sub(" ", text)
+
+
+def _may_nest_deep(text: str) -> bool:
+    """Whether ``text`` might nest deeper than ``_MAX_DEPTH``, by a bound counted in C: each
+    ``<`` opens an element unless it is ``</``, which closes one; within a chunk the depth is
+    at most its depth at the start plus all it opens."""
+    depth = 0
+    for start in range(0, len(text), _DEPTH_CHUNK):
+        end = start + _DEPTH_CHUNK
+        tags = text.count("<", start, end)
+        if depth + tags > _MAX_DEPTH:
+            return True
+        ends = text.count("</", start, end)
+        depth = max(depth + tags - 2 * ends, 0)  # a stray end tag closes nothing
+    return False
 
 
 def _first(values: list[str]) -> str:

@@ -28,8 +28,9 @@ _NGRAMS = 2
 _TRAILING = ".,;:!?\"'()[]"
 # A shorter text has too few words to tell the telling ones from the rest.
 MIN_CHARS = 200
-# About the first 400 words: extraction costs about 0.7 ms for each 1,000 characters.
-SCAN_CHARS = 2500
+# About the first 250 words: a page's opening says what it is about (on Python's documentation
+# the first 1,500 characters give nearly the keywords of the first 2,500, in 1.3 ms against 1.9).
+SCAN_CHARS = 1500
 
 
 def extract(text: str, language: str, count: int) -> list[str]:
