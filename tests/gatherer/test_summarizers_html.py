@@ -532,3 +532,15 @@ def test_full_text_is_the_main_content_without_the_frame() -> None:
     )
     found = attrs(summarize(page, full_text=True))
     assert found["Full-Text"] == b"Gatherers They summarize."
+
+
+def test_a_heading_that_links_back_to_a_table_of_contents_keeps_its_text() -> None:
+    page = (
+        '<html><body><div role="main"><h1>Tasks</h1><nav class="contents"><a href="#id1">'
+        "Groups</a></nav><p>Tasks run coroutines concurrently on the event loop.</p>"
+        '<h2><a class="toc-backref" href="#id1" role="doc-backlink">Task Groups</a>'
+        '<a class="headerlink" href="#groups">\u00b6</a></h2><p>'
+        + "A group waits. " * 20
+        + "</p></div></body></html>"
+    )
+    assert attrs(summarize(page))["Headings"] == b"Tasks\nTask Groups"

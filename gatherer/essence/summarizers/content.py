@@ -51,6 +51,8 @@ _FRAME_CANDIDATES = (
     "nav, aside, footer, form, dialog, button, select, header, [role],"
     " div[class], div[id], section[class], section[id], ul[class], ul[id], table[class]"
 )
+# Elements whose class or id can make them frame (containers: anything else found by its role).
+_NAMED_FRAME_TAGS = frozenset({"div", "section", "ul", "table"})
 # Words of a class or id that name frame. Matched as whole words of the attribute, where
 # words are separated by spaces, hyphens or underscores ("main-nav", "cookie_banner").
 _FRAME_WORDS = re.compile(
@@ -158,10 +160,15 @@ def _link_chars(node: LexborNode) -> int:
 
 def _is_frame(node: LexborNode) -> bool:
     attrs = node.attrs
-    if node.tag in _FRAME_TAGS or attrs.sget("role").strip().lower() in _FRAME_ROLES:
+    tag = node.tag
+    if tag in _FRAME_TAGS or tag == "header":
         return True
-    if node.tag == "header":
+    if attrs.sget("role").strip().lower() in _FRAME_ROLES:
         return True
+    # By name only a container: an inline element's class names what it does to its text
+    # (Sphinx's headings are links of the class "toc-backref").
+    if tag not in _NAMED_FRAME_TAGS:
+        return False
     return _FRAME_WORDS.search(f"{attrs.sget('class')} {attrs.sget('id')}") is not None
 
 
