@@ -18,27 +18,13 @@ from broker.index.interface import NearWords
 from broker.match import MAX_VALUE_CHARS, Attributes, token_spans, tokens, word_matches
 from broker.query import regex
 from broker.query.ast import And, Node, Not, Or, Pattern, Phrase, Word
-from broker.query.scope import searched_unnamed
+from broker.query.scope import BOOKKEEPING, searched_unnamed
 
 START, END = "\x02", "\x03"
 WIDTH = 160  # characters of context in one snippet
 MAX_SNIPPETS = 3
 # Attributes not worth showing as snippets: bookkeeping, not content.
-SKIPPED = frozenset(
-    {
-        "md5",
-        "update-time",
-        "time-to-live",
-        "refresh-rate",
-        "gatherer-name",
-        "gatherer-host",
-        "gatherer-port",
-        "gatherer-version",
-        "file-size",
-        "last-modification-time",
-        "type",
-    }
-)
+SKIPPED = frozenset(BOOKKEEPING)
 
 
 # No approximate word's words chosen: every word within its errors is marked.

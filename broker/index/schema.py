@@ -37,7 +37,7 @@ import tantivy
 
 from broker.index.interface import IndexedObject
 from broker.index.ranking import field_weight
-from broker.query.scope import SERVER_ATTRIBUTE, searched_unnamed
+from broker.query.scope import BOOKKEEPING, SERVER_ATTRIBUTE, searched_unnamed
 
 OID: Final = "oid"
 UPDATE_TIME: Final = "update_time"
@@ -58,17 +58,7 @@ RUNNING_TEXT: Final = frozenset({"abstract", "partial-text", "full-text", "text"
 # the term, so a field nobody uses still costs a little.
 DEDICATED: Final = (
     "url",
-    "type",
-    "file-size",
-    "md5",
-    "update-time",
-    "last-modification-time",
-    "time-to-live",
-    "refresh-rate",
-    "gatherer-name",
-    "gatherer-host",
-    "gatherer-port",
-    "gatherer-version",
+    *BOOKKEEPING,
     "title",
     "author",
     "description",

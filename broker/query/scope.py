@@ -22,23 +22,21 @@ from typing import Final
 
 from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
 
-NAMED_ONLY: Final = frozenset(
-    {
-        "url",
-        "url-references",
-        "type",
-        "file-size",
-        "md5",
-        "update-time",
-        "last-modification-time",
-        "time-to-live",
-        "refresh-rate",
-        "gatherer-name",
-        "gatherer-host",
-        "gatherer-port",
-        "gatherer-version",
-    }
+# What the gatherer writes on every record (gatherer/records.py) besides its summary.
+BOOKKEEPING: Final = (
+    "type",
+    "file-size",
+    "md5",
+    "update-time",
+    "last-modification-time",
+    "time-to-live",
+    "refresh-rate",
+    "gatherer-name",
+    "gatherer-host",
+    "gatherer-port",
+    "gatherer-version",
 )
+NAMED_ONLY: Final = frozenset({"url", "url-references", *BOOKKEEPING})
 
 # The attribute the HSR stamps on every server record (broker/hsr.py).
 SERVER_ATTRIBUTE: Final = "server-type"
