@@ -7,8 +7,9 @@ a word's score is the sum over its fields, each times the field's weight (``FIEL
 and a query's the sum over its words. The weights are those a person reads a page by: its
 title says what it is about, its keywords, description and headings nearly as much, its
 running text least. Measured on the Python documentation (bench/relevance.py; bench/README.md,
-"Relevance"), where these weights, proximity and blending together took the MRR from 0.85 to
-0.9; the weights alone move it by a query or two either way.
+"Relevance"): with bare words searching content only, transpositions, proximity and blending,
+the MRR of its 69 queries went from 0.868 to 0.911; the weights alone move it by a query or
+two (0.896-0.911 for a title of 1-3 and other metadata of 1-2).
 
 Pure arithmetic: no engine.
 """
@@ -51,11 +52,13 @@ def near_weight(edits: int, df: int, most_df: int, documents: int) -> float:
     commonest's (as Lucene's fuzzy queries): every word of an expansion is scored as if as
     common as the commonest, so that a rare misspelling or a rarer word (``asyncore`` for
     ``asyncoi~2``) does not outrank the word meant (``asyncio``) for being rare."""
-    own = _idf(df, documents)
-    blended = _idf(max(df, most_df), documents)
-    return blended / own / (1 + edits) if own > 0 else 1 / (1 + edits)
+    most_df = max(df, most_df)
+    # (Deleted objects count in document frequencies until their segments merge.)
+    documents = max(documents, most_df)
+    return _idf(most_df, documents) / _idf(df, documents) / (1 + edits)
 
 
 def _idf(df: int, documents: int) -> float:
-    """BM25's inverse document frequency, as tantivy computes it."""
+    """BM25's inverse document frequency, as tantivy computes it (positive for df <=
+    documents)."""
     return math.log(1 + (documents - df + 0.5) / (df + 0.5))
