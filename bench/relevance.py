@@ -23,10 +23,11 @@ recall@10 the share of a query's expected pages in its first 10. Besides, how ma
 all the queries are server records, and how many match only through their URL-References
 (their only snippets are URL-References).
 
-``--code DIR`` runs the broker (and gatherer) of another checkout (its ``broker`` package on
-``PYTHONPATH``), for before/after figures. Results go to ``bench/results/relevance.json``
-(``--output``), keyed by ``--label``. Every process started here leads its own process group
-and is stopped by it; only 127.0.0.1 is contacted.
+``--code DIR`` runs the broker and the gatherer's export service of another checkout (from its
+directory, on ``PYTHONPATH``), for before/after figures; the corpus is gathered by this one.
+Results go to ``bench/results/relevance.json`` (``--output``), keyed by ``--label``. Every
+process started here leads its own process group and is stopped by it; only 127.0.0.1 is
+contacted.
 """
 
 from __future__ import annotations
