@@ -367,6 +367,15 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
     return round(statistics.fmean(row[key] for row in rows), 3) if rows else 0.0
 
 
+def save(label: str, result: dict[str, Any], output: Path) -> None:
+    """Keep ``result`` under ``label`` in the report at ``output`` (beside the other labels)."""
+    report = json.loads(output.read_text()) if output.exists() else {}
+    report[label] = {"when": time.strftime("%Y-%m-%d %H:%M"), **result}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n")
+    say(f"wrote {output}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
@@ -391,13 +400,7 @@ def main() -> int:
     )
     for kind, figures in result["by_kind"].items():
         say(f"  {kind:>7}: {figures}")
-    report: dict[str, Any] = {}
-    if args.output.exists():
-        report = json.loads(args.output.read_text())
-    report[args.label] = {"when": time.strftime("%Y-%m-%d %H:%M"), **result}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    say(f"wrote {args.output}")
+    save(args.label, result, args.output)
     return 0
 
 
