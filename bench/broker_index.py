@@ -284,6 +284,15 @@ def query_classes(records: Sequence[Record], corpus: Corpus, n: int, seed: int) 
             if function is None or function == function_words.issuperset(words):
                 return Phrase(words)
 
+    def words() -> Node:
+        """2-3 words of one object's running text, anywhere in it, not all among the 100
+        commonest: what a person types, ANDed."""
+        while True:
+            tokens = rng.choice([t for t in running if len(t) >= 3])
+            chosen = tuple(dict.fromkeys(rng.sample(tokens, rng.choice((2, 3)))))
+            if len(chosen) > 1 and not function_words.issuperset(chosen):
+                return And(tuple(Word(token) for token in chosen))
+
     def prefix() -> Node:
         while len(token := rng.choice(rng.choice(running))) < 4:
             pass
@@ -328,6 +337,12 @@ def query_classes(records: Sequence[Record], corpus: Corpus, n: int, seed: int) 
             "2-3 consecutive words of some object's title",
             draws(lambda: phrase(titles)),
             False,
+        ),
+        QueryClass(
+            "words",
+            "2-3 words of one object's running text, not all among the 100 commonest",
+            draws(words),
+            True,
         ),
         QueryClass(
             "boolean",

@@ -3,7 +3,9 @@
 The index answers most queries alone; for what it can only narrow down (regular expressions
 on whole values, case-sensitive words) the search layer checks its candidates here. Pure: the
 object's attributes as text in, a decision out. Words are tokens as the index sees them: runs
-of letters and digits (an underscore separates, as in the engine's tokenizer).
+of letters and digits (an underscore separates, as in the engine's tokenizer). A term without
+an attribute looks where the index does (broker/query/scope.py), and a server record matches
+only a query that names ``Server-Type``.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from rapidfuzz.distance import Levenshtein
+from rapidfuzz.distance import OSA
 
 from broker.query import regex
 from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
+from broker.query.scope import SERVER_ATTRIBUTE, finds_servers, searched_unnamed
 
 _TOKEN = re.compile(r"[^\W_]+")
 # Regular expressions may run on whole attribute values: long values are cut here, a bound on
@@ -50,13 +53,19 @@ def needs_check(node: Node) -> bool:
 
 def matches(node: Node, attributes: Attributes) -> bool:
     """Does an object with these attributes (SOIF name, text value) match ``node``?"""
+    if not finds_servers(node) and any(name.lower() == SERVER_ATTRIBUTE for name, _ in attributes):
+        return False
+    return _matches(node, attributes)
+
+
+def _matches(node: Node, attributes: Attributes) -> bool:
     match node:
         case And():
-            return all(matches(item, attributes) for item in node.items)
+            return all(_matches(item, attributes) for item in node.items)
         case Or():
-            return any(matches(item, attributes) for item in node.items)
+            return any(_matches(item, attributes) for item in node.items)
         case Not():
-            return not matches(node.item, attributes)
+            return not _matches(node.item, attributes)
         case Word():
             return any(_word_in(node, value) for value in _values(attributes, node.attribute))
         case Phrase():
@@ -83,13 +92,14 @@ def word_matches(word: Word, token: str) -> bool:
 
 
 def edit_distance(a: str, b: str, limit: int) -> int:
-    """Levenshtein distance of ``a`` and ``b``, or ``limit + 1`` once it must exceed ``limit``."""
-    return Levenshtein.distance(a, b, score_cutoff=limit)
+    """Edits from ``a`` to ``b``, a transposition of neighbours counting one (as the index's,
+    broker/index/fuzzy.py), or ``limit + 1`` once they must exceed ``limit``."""
+    return OSA.distance(a, b, score_cutoff=limit)
 
 
 def _values(attributes: Attributes, name: str | None) -> Iterable[str]:
     if name is None:
-        return (value for _, value in attributes)
+        return (value for key, value in attributes if searched_unnamed(key))
     wanted = name.lower()
     return (value for key, value in attributes if key.lower() == wanted)
 

@@ -3,7 +3,8 @@ words marked, so a reader sees why the object matched.
 
 Pure: the object's attributes and the query tree in, ``(attribute, snippet)`` pairs out. The
 marks are ``\\x02`` before and ``\\x03`` after a matched word; the caller escapes the text and
-turns them into ``<mark>`` (HTML) or bold (a terminal). Words under ``NOT`` are not marked.
+turns them into ``<mark>`` (HTML) or bold (a terminal). Words under ``NOT`` are not marked, nor
+a term without an attribute in the attributes it does not search (broker/query/scope.py).
 """
 
 from __future__ import annotations
@@ -17,26 +18,13 @@ from broker.index.interface import NearWords
 from broker.match import MAX_VALUE_CHARS, Attributes, token_spans, tokens, word_matches
 from broker.query import regex
 from broker.query.ast import And, Node, Not, Or, Pattern, Phrase, Word
+from broker.query.scope import BOOKKEEPING, searched_unnamed
 
 START, END = "\x02", "\x03"
 WIDTH = 160  # characters of context in one snippet
 MAX_SNIPPETS = 3
 # Attributes not worth showing as snippets: bookkeeping, not content.
-SKIPPED = frozenset(
-    {
-        "md5",
-        "update-time",
-        "time-to-live",
-        "refresh-rate",
-        "gatherer-name",
-        "gatherer-host",
-        "gatherer-port",
-        "gatherer-version",
-        "file-size",
-        "last-modification-time",
-        "type",
-    }
-)
+SKIPPED = frozenset(BOOKKEEPING)
 
 
 # No approximate word's words chosen: every word within its errors is marked.
@@ -74,7 +62,9 @@ def _positive_terms(node: Node) -> list[Word | Phrase | Pattern]:
 
 
 def _applies(term: Word | Phrase | Pattern, name: str) -> bool:
-    return term.attribute is None or term.attribute.lower() == name.lower()
+    if term.attribute is None:
+        return searched_unnamed(name)
+    return term.attribute.lower() == name.lower()
 
 
 def _spans(
@@ -204,17 +194,24 @@ def _phrase_finder(phrase: Phrase) -> re.Pattern[str] | None:
 def _near_finder(word: Word) -> re.Pattern[str] | None:
     """A regex finding the tokens that may be within an approximate word's errors, so that
     only those are measured, not every token of a value. A token within k edits of the word
-    (Levenshtein) holds one of k + 1 pieces of the word unchanged, as each edit spoils one
-    piece at most (agrep's filter). None for a word this does not apply to: not approximate,
-    a prefix, too short to cut, not ASCII (its case folding could change lengths), or not one
-    token."""
+    holds one of k + 1 pieces of the word unchanged, as each edit spoils one piece at most
+    (agrep's filter), where the pieces are one character apart: a transposition across the
+    gap between two spoils only one of them. None for a word this does not apply to: not
+    approximate, a prefix, too short to cut, not ASCII (its case folding could change
+    lengths), or not one token."""
     text, errors = word.text, word.errors
-    if not errors or word.prefix or len(text) <= errors or not text.isascii():
+    if not errors or word.prefix or len(text) < 2 * errors + 1 or not text.isascii():
         return None
     if tokens(text) != [text]:
         return None
-    cut = len(text) // (errors + 1)
-    pieces = [text[i * cut : (i + 1) * cut] for i in range(errors)] + [text[errors * cut :]]
+    # k + 1 pieces of sizes as even as may be, with a character left out between each two.
+    size, extra = divmod(len(text) - errors, errors + 1)
+    pieces = []
+    at = 0
+    for i in range(errors + 1):
+        end = at + size + (i < extra)
+        pieces.append(text[at:end])
+        at = end + 1
     flags = 0 if word.case_sensitive else re.IGNORECASE
     either = "|".join(re.escape(piece) for piece in pieces)
     # (and a token's length within the errors of the word's, checked before the pieces)

@@ -21,6 +21,9 @@ then ``cache`` in ``body`` where ``body_kind`` is ``abstract``, or in the field 
 an object with more than one of these attributes keeps each in its own field, so that an
 attribute's words are never mistaken for another's.
 
+An object with the attribute ``Server-Type`` (a server record of the HSR) has ``server`` set,
+so that queries that do not ask for server records can leave them out (broker/query/scope.py).
+
 The fields are the index's layout: an index made with other fields (by another version) is
 replaced by an empty one when opened, which the broker fills from its registry.
 """
@@ -33,6 +36,8 @@ from typing import Final
 import tantivy
 
 from broker.index.interface import IndexedObject
+from broker.index.ranking import field_weight
+from broker.query.scope import BOOKKEEPING, SERVER_ATTRIBUTE, searched_unnamed
 
 OID: Final = "oid"
 UPDATE_TIME: Final = "update_time"
@@ -41,6 +46,8 @@ OTHER: Final = "other"
 OTHER_TEXT: Final = "other_text"
 BODY: Final = "body"
 BODY_KIND: Final = "body_kind"
+SERVER: Final = "server"
+SERVER_MARK: Final = "yes"
 
 # The attributes of running text, which share ``body`` when an object has only one of them.
 RUNNING_TEXT: Final = frozenset({"abstract", "partial-text", "full-text", "text"})
@@ -51,17 +58,7 @@ RUNNING_TEXT: Final = frozenset({"abstract", "partial-text", "full-text", "text"
 # the term, so a field nobody uses still costs a little.
 DEDICATED: Final = (
     "url",
-    "type",
-    "file-size",
-    "md5",
-    "update-time",
-    "last-modification-time",
-    "time-to-live",
-    "refresh-rate",
-    "gatherer-name",
-    "gatherer-host",
-    "gatherer-port",
-    "gatherer-version",
+    *BOOKKEEPING,
     "title",
     "author",
     "description",
@@ -95,6 +92,7 @@ def build_schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field(OID, stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field(BODY_KIND, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field(SERVER, tokenizer_name="raw", index_option="basic")
     builder.add_float_field(UPDATE_TIME, indexed=True, fast=True)
     builder.add_unsigned_field(FILE_SIZE, indexed=True, fast=True)
     for name in TEXT_FIELDS:
@@ -130,11 +128,12 @@ class Target:
     """Where an attribute's words are: ``field`` (a text field, or a JSON path into ``other``)
     for queries, and ``text_field``, the text field whose term dictionary holds them (for a
     JSON path, ``other_text``, a superset); in ``body``, only where ``body_kind`` is
-    ``kind``."""
+    ``kind``. ``weight``: what a match there counts (broker/index/ranking.py)."""
 
     field: str
     text_field: str
     kind: str | None = None
+    weight: float = 1.0
 
     @property
     def bit(self) -> int:
@@ -157,7 +156,10 @@ def targets_of(attribute: str) -> tuple[Target, ...]:
     return (Target(f"{OTHER}.{escaped}", OTHER_TEXT),)
 
 
-ALL_TARGETS: Final = tuple(Target(name, name) for name in TEXT_FIELDS)
+# Where a word without an attribute is looked for: the fields of content, weighted.
+UNNAMED_TARGETS: Final = tuple(
+    Target(name, name, weight=field_weight(name)) for name in TEXT_FIELDS if searched_unnamed(name)
+)
 
 
 def field_bit(field: str) -> int:
@@ -178,6 +180,8 @@ def document(obj: IndexedObject, layout: tantivy.Schema) -> tantivy.Document:
     doc: dict[str, object] = {
         OID: obj.oid,
     }
+    if SERVER_ATTRIBUTE in other:
+        doc[SERVER] = SERVER_MARK
     running = RUNNING_TEXT.intersection(fields)
     if len(running) == 1:
         (kind,) = running

@@ -4,15 +4,22 @@ Pure apart from building tantivy query objects and asking the searcher how many 
 a term (to leave out fields that cannot match). Run it where the searcher is used: in a thread.
 
 * ``Word``: a term query on the attribute's field, or, with no attribute, a disjunction over
-  the fields holding the term (BM25 sums over them, so a word in a short Title counts more
-  than one in a long text). A word the analyzer splits (``e-mail``) is a phrase of its tokens.
+  the fields of content holding the term (broker/query/scope.py), each weighted
+  (broker/index/ranking.py: BM25 sums over them, so a word in a short Title counts more than
+  one in a long text, and a Title more than running text). A word the analyzer splits
+  (``e-mail``) is a phrase of its tokens.
 * ``Word`` with ``prefix`` or ``errors``: the words of the vocabulary (broker/index/fuzzy.py)
-  that start with it, or the ``NEAR_LIMIT`` nearest that lie within that many edits, as exact
-  terms, ranked by BM25 (a near word's score times 1 / (1 + its edits)), only in the fields
-  that hold one of them. When a prefix has more than
+  that start with it, or the ``NEAR_LIMIT`` nearest that lie within that many edits
+  (a transposition of two neighbours is one edit), as exact terms, ranked by BM25 (a near
+  word's score times 1 / (1 + its edits), its rarity blended with its expansion's commonest
+  word's), only in the fields that hold one of them. When a prefix has more than
   ``PREFIX_LIMIT`` words, or the vocabulary is not up to date, or cannot tell (numbers),
   tantivy's automaton queries instead: every word, constant scores.
 * ``Phrase``: a phrase query (slop 0) on each field holding every token.
+* ``And`` of plain words: besides, each pair of them in a row as a phrase with some slack, an
+  optional clause that scores the objects where they stand near each other (ranking.py).
+* Server records are left out (a clause excluding ``server``) unless the query names
+  ``Server-Type`` (broker/query/scope.py).
 * ``Compare``: a range query on ``update_time`` or ``file_size``; any other attribute has no
   numbers in the index, so a comparison with it matches nothing.
 * ``And``/``Or``/``Not``: boolean queries; a ``Not`` is a MustNot clause beside the other
@@ -27,6 +34,7 @@ a term (to leave out fields that cannot match). Run it where the searcher is use
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -36,16 +44,25 @@ from typing import Any
 import tantivy
 
 from broker.index.fuzzy import Expansion, Vocabulary
+from broker.index.ranking import (
+    PROXIMITY_DOCS,
+    PROXIMITY_SLOP,
+    PROXIMITY_WORDS,
+    near_weight,
+)
 from broker.index.schema import (
-    ALL_TARGETS,
     BODY_KIND,
     FILE_SIZE,
     NUMERIC,
+    SERVER,
+    SERVER_MARK,
+    UNNAMED_TARGETS,
     Analyzer,
     Target,
     targets_of,
 )
 from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
+from broker.query.scope import finds_servers
 
 # How many exact terms a prefix may become before tantivy's automaton query is asked instead.
 # Measured on 100,000 records (bench/README.md): an automaton query for a prefix is quicker
@@ -124,7 +141,11 @@ def needs_verification(node: Node) -> bool:
 
 def translate(node: Node, context: Context) -> tantivy.Query:
     """The tantivy query for ``node`` (exact, or a superset where ``needs_verification``)."""
-    return _Translator(context).query(node, positive=True)
+    query = _Translator(context).query(node, positive=True)
+    if finds_servers(node) or not context.searcher.doc_freq(SERVER, SERVER_MARK):
+        return query
+    servers = _Q.term_query(context.schema, SERVER, SERVER_MARK)
+    return _Q.boolean_query([(_MUST, query), (_MUST_NOT, servers)])
 
 
 class _Translator:
@@ -170,9 +191,31 @@ class _Translator:
         if all(occur is _MUST_NOT for occur, _ in clauses):
             # tantivy matches nothing with only exclusions: exclude from everything.
             clauses.insert(0, (_MUST, _Q.all_query()))
+        if positive:
+            clauses += [(_SHOULD, near) for near in self.proximity(items)]
         if len(clauses) == 1:
             return clauses[0][1]
         return _Q.boolean_query(clauses)
+
+    def proximity(self, items: Sequence[Node]) -> list[tantivy.Query]:
+        """For each pair of plain words in a row among ``items`` (of one attribute, or none),
+        their tokens as a phrase with PROXIMITY_SLOP positions of slack in each field holding
+        them all (where the rarer is rare enough): it adds to the score of the objects where
+        they stand near each other."""
+        words = [
+            item
+            for item in items
+            if isinstance(item, Word) and not (item.prefix or item.errors or item.case_sensitive)
+        ]
+        if not 2 <= len(words) <= PROXIMITY_WORDS:
+            return []
+        near = []
+        for first, second in itertools.pairwise(words):
+            before, after = self.tokens(first.text), self.tokens(second.text)
+            if first.attribute == second.attribute and before and after:
+                targets = _targets(first.attribute)
+                near.append(self.phrase(before + after, targets, PROXIMITY_SLOP, PROXIMITY_DOCS))
+        return near
 
     # -- words ---------------------------------------------------------------------------------
 
@@ -204,11 +247,11 @@ class _Translator:
 
     def within(self, target: Target, query: tantivy.Query) -> tantivy.Query:
         """``query`` on ``target``'s field, restricted to its kind of running text if it has
-        one (a filter that adds nothing to the score)."""
-        if target.kind is None:
-            return query
-        kind = _Q.const_score_query(_Q.term_query(self.schema, BODY_KIND, target.kind), 0.0)
-        return _Q.boolean_query([(_MUST, query), (_MUST, kind)])
+        one (a filter that adds nothing to the score), with the target's weight."""
+        if target.kind is not None:
+            kind = _Q.const_score_query(_Q.term_query(self.schema, BODY_KIND, target.kind), 0.0)
+            query = _Q.boolean_query([(_MUST, query), (_MUST, kind)])
+        return _boosted(query, target.weight)
 
     def holding(self, token: str, targets: Sequence[Target]) -> list[Target]:
         """The targets whose field has ``token`` (asking the searcher costs microseconds; a
@@ -217,14 +260,29 @@ class _Translator:
             return list(targets)
         return [t for t in targets if self.searcher.doc_freq(t.field, token)]
 
-    def phrase(self, tokens: list[str], targets: Sequence[Target]) -> tantivy.Query:
+    def phrase(
+        self,
+        tokens: list[str],
+        targets: Sequence[Target],
+        slop: int = 0,
+        rarest: int | None = None,
+    ) -> tantivy.Query:
+        """``tokens`` in a row, with ``slop`` positions of slack, in each of ``targets`` that
+        holds them all (and, with ``rarest``, where the rarest is in at most that many
+        objects)."""
         if not tokens:
             return _Q.empty_query()
         if len(tokens) == 1:
             return _any([self.term(t, tokens[0]) for t in self.holding(tokens[0], targets)])
-        holding = [t for t in targets if all(self.searcher.doc_freq(t.field, w) for w in tokens)]
+        holding = []
+        for t in targets:
+            found = [self.searcher.doc_freq(t.field, w) for w in tokens]
+            if all(found) and (rarest is None or min(found) <= rarest):
+                holding.append(t)
         words: list[str | tuple[int, str]] = list(tokens)
-        return _any([self.within(t, _Q.phrase_query(self.schema, t.field, words)) for t in holding])
+        return _any(
+            [self.within(t, _Q.phrase_query(self.schema, t.field, words, slop)) for t in holding]
+        )
 
     def phrase_prefix(self, tokens: list[str], targets: Sequence[Target]) -> tantivy.Query:
         # The last token is a prefix. A regex phrase is exact (up to 16,384 expansions) but
@@ -276,18 +334,24 @@ class _Translator:
         if expansion.words is None:
             return _any([automaton(t) for t in targets])
         edits = expansion.edits or (0,) * len(expansion.words)
-        return _any(
-            [
-                _weighed(self.term(t, word), edited)
+        documents = self.searcher.num_docs
+        clauses = []
+        for t in targets:
+            held = [
+                (word, edited, self.searcher.doc_freq(t.text_field, word))
                 for word, edited in zip(expansion.words, edits, strict=True)
-                for t in targets
                 if vocabulary.tags(word) & t.bit
             ]
-        )
+            most = max((df for _, _, df in held), default=0)
+            clauses += [
+                _boosted(self.term(t, word), near_weight(edited, df, most, documents))
+                for word, edited, df in held
+            ]
+        return _any(clauses)
 
     def automaton(self, target: Target, token: str, errors: int, prefix: bool) -> tantivy.Query:
         query = _Q.fuzzy_term_query(
-            self.schema, target.field, token, errors, transposition_cost_one=False, prefix=prefix
+            self.schema, target.field, token, errors, transposition_cost_one=True, prefix=prefix
         )
         return self.within(target, query)
 
@@ -346,13 +410,11 @@ class _Translator:
 
 
 def _targets(attribute: str | None) -> Sequence[Target]:
-    return ALL_TARGETS if attribute is None else targets_of(attribute)
+    return UNNAMED_TARGETS if attribute is None else targets_of(attribute)
 
 
-def _weighed(query: tantivy.Query, edits: int) -> tantivy.Query:
-    """``query`` for a word found ``edits`` edits away from the one asked for: its score counts
-    1 / (1 + edits), so that the nearer words rank first where the words are alike."""
-    return query if not edits else _Q.boost_query(query, 1 / (1 + edits))
+def _boosted(query: tantivy.Query, factor: float) -> tantivy.Query:
+    return query if factor == 1 else _Q.boost_query(query, factor)
 
 
 def _any(queries: list[tantivy.Query]) -> tantivy.Query:

@@ -353,7 +353,7 @@ async def test_update_time_and_file_size_compare_after_the_index_catches_up(
     }
 
 
-async def test_objects_are_found_by_their_urls(
+async def test_objects_are_found_by_their_urls_when_the_query_names_them(
     broker: Broker, session: aiohttp.ClientSession
 ) -> None:
     await load(
@@ -370,9 +370,12 @@ async def test_objects_are_found_by_their_urls(
     assert await urls(session, broker, r"URL: /\.edu\//") == {edu}
     assert await urls(session, broker, 'URL: "cs.colorado.edu"') == {edu}
     assert await urls(session, broker, "URL: colorado") == {edu, "http://www.example.com/colorado/"}
-    assert len(await urls(session, broker, "colorado")) == 3  # a bare word searches the URL too
-    # The URL's snippet comes after the content's.
+    # A bare word searches the content, not the URL.
+    assert await urls(session, broker, "colorado") == {"http://www.example.com/other/"}
     (home,) = await results(session, broker, "harvest")
+    assert [s["attribute"] for s in home["snippets"]] == ["Title"]
+    # The URL's snippet comes after the content's.
+    (home,) = await results(session, broker, "harvest URL: harvest")
     assert [s["attribute"] for s in home["snippets"]] == ["Title", "URL"]
 
 

@@ -9,14 +9,18 @@ from hypothesis import strategies as st
 from broker.index.fuzzy import MAX_LENGTH, Vocabulary, deletions, within
 
 
-def levenshtein(a: str, b: str) -> int:
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        current = [i]
-        for j, cb in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        previous = current
-    return previous[-1]
+def distance(a: str, b: str) -> int:
+    """Edits from ``a`` to ``b``, a swap of neighbours counting one (optimal string
+    alignment), by the textbook dynamic programme."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(
+                d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+            )
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
 
 
 def vocabulary(*words: str, tag: int = 1) -> Vocabulary:
@@ -34,8 +38,15 @@ def test_deletions() -> None:
 
 
 @given(WORDS, WORDS, st.integers(0, 3))
-def test_within_is_levenshtein(a: str, b: str, k: int) -> None:
-    assert within(a, b, k) == (levenshtein(a, b) <= k)
+def test_within_counts_edits_with_transpositions(a: str, b: str, k: int) -> None:
+    assert within(a, b, k) == (distance(a, b) <= k)
+
+
+def test_a_transposition_is_one_edit() -> None:
+    assert within("asyncoi", "asyncio", 1)
+    assert not within("asyncoi", "asyncore", 1)
+    assert within("asyncoi", "asyncore", 2)
+    assert not within("ca", "abc", 2)  # no substring is edited twice
 
 
 @settings(max_examples=300)
@@ -45,7 +56,7 @@ def test_near_finds_exactly_the_words_within_the_errors(
 ) -> None:
     expansion = vocabulary(*words).near(query, errors, limit=1000)
     candidates = {w for w in words if not w.isdigit()}
-    expected = sorted(w for w in candidates if levenshtein(query, w) <= errors)
+    expected = sorted(w for w in candidates if distance(query, w) <= errors)
     if sum(not c.isdigit() for c in query) <= errors:
         assert expansion is None  # a number could be near: the caller asks the engine
         return
@@ -71,16 +82,16 @@ def test_near_word_examples() -> None:
     v = vocabulary("harvest", "harvxst", "harxxst", "hxrxxst", "havrest", "harvests", "cache")
     one = v.near("harvest", 1, 10)
     assert one is not None
-    assert one.words == ("harvest", "harvests", "harvxst")
+    assert one.words == ("harvest", "harvests", "harvxst", "havrest")  # havrest: a swap
     two = v.near("harvest", 2, 10)
     assert two is not None
     assert two.words == ("harvest", "harvests", "harvxst", "harxxst", "havrest")
-    assert two.edits == (0, 1, 1, 2, 2)
-    # The four nearest: no edit, one, then of the two-edit words the longer (here, as long:
-    # the first in alphabetical order).
-    nearest = v.near("harvest", 2, 4)
+    assert two.edits == (0, 1, 1, 2, 1)
+    # The three nearest: no edit, then of the one-edit words the longer, then the first in
+    # alphabetical order.
+    nearest = v.near("harvest", 2, 3)
     assert nearest is not None
-    assert nearest.words == ("harvest", "harvests", "harvxst", "harxxst")
+    assert nearest.words == ("harvest", "harvests", "harvxst")
 
 
 def test_near_keeps_longer_words_first_at_the_same_distance() -> None:
@@ -100,10 +111,10 @@ def test_near_gives_the_nearest_words_up_to_the_limit(
     expansion = vocabulary(*words).near(query, errors, limit)
     if expansion is None:
         return  # a number could be near (the test above covers it)
-    candidates = {w for w in words if not w.isdigit() and levenshtein(query, w) <= errors}
-    ranked = sorted(candidates, key=lambda w: (levenshtein(query, w), -min(len(query), len(w)), w))
+    candidates = {w for w in words if not w.isdigit() and distance(query, w) <= errors}
+    ranked = sorted(candidates, key=lambda w: (distance(query, w), -min(len(query), len(w)), w))
     assert expansion.words == tuple(sorted(ranked[:limit]))
-    assert expansion.edits == tuple(levenshtein(query, w) for w in expansion.words)
+    assert expansion.edits == tuple(distance(query, w) for w in expansion.words)
 
 
 def test_near_declines_what_the_table_leaves_out() -> None:

@@ -97,7 +97,9 @@ async def test_a_file_size_that_is_no_number_is_stored_and_indexed_without_it(
     # The index caught up: the next registration is found too.
     status, answer = await register(session, broker, registration("http://next.example/"))
     assert status == 201, answer
-    found = await get_json(session, f"{url_of(broker)}/api/search", params={"q": "Name: c"})
+    found = await get_json(
+        session, f"{url_of(broker)}/api/search", params={"q": "Server-Type: cache Name: c"}
+    )
     assert {r["url"] for r in found["results"]} == {"http://odd.example/", "http://next.example/"}
 
 

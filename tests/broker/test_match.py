@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from broker.match import edit_distance, matches, needs_check, tokens
 from broker.query.ast import And, Compare, Node, Not, Or, Pattern, Phrase, Word
+from tests.broker.test_fuzzy import distance
 
 OBJECT = (
     ("Title", "RFC 2186: Internet Cache Protocol (ICP), version 2"),
@@ -15,6 +16,7 @@ OBJECT = (
     ("Abstract", "Squid caches talk ICP to their e-mail_gateway siblings."),
     ("File-Size", "31337"),
     ("Update-Time", "1764503554.123456"),
+    ("URL-References", "http://varnish-cache.org/"),
 )
 
 
@@ -49,10 +51,24 @@ OBJECT = (
         (Or((Word("varnish"), Word("squid"))), True),
         (And((Word("icp"), Not(Word("squid")))), False),
         (And((Word("icp"), Not(Word("varnish")))), True),
+        # A term without an attribute searches the content, not links or bookkeeping.
+        (Word("varnish"), False),
+        (Word("varnish", "URL-References"), True),
+        (Pattern("varnish"), False),
+        (Word("31337"), False),
+        (Word("31337", "File-Size"), True),
     ],
 )
 def test_matches(node: Node, expected: bool) -> None:
     assert matches(node, OBJECT) is expected
+
+
+def test_a_server_record_matches_only_queries_that_name_server_type() -> None:
+    server = (("Name", "Squid cache"), ("Server-Type", "cache"))
+    assert not matches(Word("squid"), server)
+    assert matches(And((Word("cache", "Server-Type"), Word("squid"))), server)
+    assert not matches(And((Word("squid"), Not(Word("broker", "Server-Type")))), server)
+    assert matches(Word("squid"), server[:1])  # the same without Server-Type
 
 
 @pytest.mark.parametrize(
@@ -74,15 +90,11 @@ def test_tokens_split_like_the_index() -> None:
     assert tokens("e-mail_gateway, Größe 42x") == ["e", "mail", "gateway", "Größe", "42x"]
 
 
-def levenshtein(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, y in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
-    return row[-1]
-
-
 @given(st.text("abcd", max_size=8), st.text("abcd", max_size=8), st.integers(0, 3))
-def test_edit_distance_is_levenshtein_up_to_the_limit(a: str, b: str, limit: int) -> None:
-    assert edit_distance(a, b, limit) == min(levenshtein(a, b), limit + 1)
+def test_edit_distance_counts_transpositions_as_the_index_does(a: str, b: str, limit: int) -> None:
+    assert edit_distance(a, b, limit) == min(distance(a, b), limit + 1)
+
+
+def test_a_swap_of_neighbours_is_one_edit() -> None:
+    assert edit_distance("asyncoi", "asyncio", 2) == 1
+    assert matches(Word("asyncoi", errors=1), (("Title", "asyncio"),))

@@ -122,13 +122,18 @@ async def test_a_planted_catastrophic_pattern_stalls_no_query(tmp_path: Path) ->
             assert response.status == 201, await response.text()
         base = url_of(broker)
         started = time.perf_counter()
+        # Server records are found by queries that name Server-Type.
         evil = asyncio.create_task(
-            get_json(session, f"{base}/api/search", params={"q": EVIL_QUERY})
+            get_json(
+                session, f"{base}/api/search", params={"q": f"Server-Type: cache {EVIL_QUERY}"}
+            )
         )
         await asyncio.sleep(0.05)
         status = await get_json(session, f"{base}/api/status")
         assert status["objects"] == 1
-        ordinary = await get_json(session, f"{base}/api/search", params={"q": "evil"})
+        ordinary = await get_json(
+            session, f"{base}/api/search", params={"q": "Server-Type: cache evil"}
+        )
         assert ordinary["total"] == 1
         others = time.perf_counter() - started
         found = await evil

@@ -39,6 +39,23 @@ def test_words_are_marked_in_every_attribute_that_has_them() -> None:
     assert "MD5" not in got
 
 
+def test_a_word_without_an_attribute_marks_no_links_or_url() -> None:
+    links = (*OBJECT, ("URL-References", "http://cache.example/"), ("URL", "http://x/cache"))
+    assert [name for name, _ in snippets(Word("cache"), links)] == ["Title", "Abstract"]
+    named = snippets(Word("cache", "URL-References"), links)
+    assert [(name, marked(text)) for name, text in named] == [
+        ("URL-References", "http://[cache].example/")
+    ]
+
+
+def test_a_swap_of_neighbours_is_marked_in_long_text() -> None:
+    # The pieces that pick the tokens to measure are apart: a swap across their border (the
+    # "yn" of "asyncio") still leaves one whole.
+    text = "word " * 200 + "the asnycio loop and the asyncoi typo. " + "tail " * 200
+    found = snippets(Word("asyncio", errors=1), (("Abstract", text),))
+    assert "[asnycio] loop and the [asyncoi] typo" in marked(found[0][1])
+
+
 def test_a_long_value_is_cut_to_a_window_around_the_match() -> None:
     abstract = marked(dict(snippets(Word("hierarchical"), OBJECT))["Abstract"])
     assert abstract.startswith("…")
