@@ -188,11 +188,18 @@ async def test_the_page_answers_without_a_browser_too(broker: Broker) -> None:
             assert response.status == 400
             text = await response.text()
             assert "AND needs a term after it" in text
+            assert "Hint: Boolean operators" in text  # the search page, with the help
+            assert 'href="help#boolean-operators"' in text
             policy = response.headers["Content-Security-Policy"]
             assert "default-src 'none'" in policy
+            assert "script-src 'self';" in policy  # the page's own file, no inline script
             assert response.headers["Referrer-Policy"] == "no-referrer"
         async with session.get(f"{url_of(broker)}/", params={"n": "x", "start": "-3"}) as response:
             assert response.status == 200  # bad form numbers fall back to defaults
+        async with session.get(f"{url_of(broker)}/static/harvest.js") as response:
+            assert response.status == 200
+            assert response.content_type == "text/javascript"
+            assert "getElementById(\"q\")" in await response.text()
         async with session.get(f"{url_of(broker)}/nowhere") as response:
             assert response.status == 404
             assert response.content_type == "text/html"
