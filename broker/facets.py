@@ -115,7 +115,8 @@ class Value:
 
 @dataclass(frozen=True, slots=True)
 class Facet:
-    """A facet's values, most matches first; ``more``: the sample held other values too."""
+    """A facet's values, most matches first; ``more``: values with fewer matches were left
+    out."""
 
     kind: FacetKind
     values: tuple[Value, ...]
@@ -331,7 +332,7 @@ class FacetCounter:
             ]
             listed, cut = ranked(counted, kind, self._bounds.top)
             facets.append(Facet(kind, listed, cut or sampled_more.get(kind.name, False)))
-        exact = base is None or not needs_check(base)
+        exact = not any(needs_check(job.node) for job in jobs)
         return Facets(tuple(facets), exact=exact, complete=len(counts) == len(jobs))
 
     async def _sampled(self, scope: Node) -> tuple[list[Row], bool]:

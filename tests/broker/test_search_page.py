@@ -199,7 +199,7 @@ async def test_the_page_answers_without_a_browser_too(broker: Broker) -> None:
         async with session.get(f"{url_of(broker)}/static/harvest.js") as response:
             assert response.status == 200
             assert response.content_type == "text/javascript"
-            assert "getElementById(\"q\")" in await response.text()
+            assert 'getElementById("q")' in await response.text()
         async with session.get(f"{url_of(broker)}/nowhere") as response:
             assert response.status == 404
             assert response.content_type == "text/html"
