@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import platform
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -30,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
-from broker_index import Corpus, query_classes  # noqa: E402
+from broker_index import Corpus, QueryClass, query_classes  # noqa: E402
 
 from broker.index import TantivyIndex  # noqa: E402
 from broker.query.parser import describe  # noqa: E402
@@ -70,53 +72,85 @@ async def serve(directory: Path) -> tuple[asyncio.subprocess.Process, str]:
     return process, line.rsplit("listening on ", 1)[1].strip().rstrip("/")
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=1994)
-    args = parser.parse_args()
-    results: dict[str, object] = {
-        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": f"{platform.machine()}",
-        "records": args.records,
-        "target_p99_ms": TARGET_P99_MS,
+def percentiles(times: list[float]) -> dict[str, float]:
+    """The median, 99th percentile and maximum of ``times`` (milliseconds)."""
+    times = sorted(times)
+    return {
+        "p50_ms": round(statistics.median(times), 2),
+        "p99_ms": round(times[int(0.99 * (len(times) - 1))], 2),
+        "max_ms": round(times[-1], 2),
     }
+
+
+@contextlib.asynccontextmanager
+async def warmed(
+    args: argparse.Namespace,
+) -> AsyncIterator[tuple[list[QueryClass], str, asyncio.subprocess.Process, float]]:
+    """A broker process serving ``args.records`` generated records, its vocabulary of
+    approximate words built: the classes of ``args.queries`` queries to ask it, its URL, the
+    process and the seconds loading took."""
     with tempfile.TemporaryDirectory(prefix="harvest-bench-") as name:
         directory = Path(name)
         corpus, records, loading = await load(directory, args.records, args.seed)
-        results["load_seconds"] = round(loading, 1)
         classes = query_classes(records, corpus, args.queries, args.seed)  # type: ignore[arg-type]
         process, url = await serve(directory)
         try:
-            async with aiohttp.ClientSession() as session:
-                # The first approximate query builds the typo table: not what is measured.
-                async with session.get(f"{url}/api/search", params={"q": "cachee~1"}) as warm:
-                    await warm.read()
-                await asyncio.sleep(10)
-                measured = {}
-                for query_class in classes:
-                    times = []
-                    for node in query_class.queries:
-                        started = time.perf_counter()
-                        async with session.get(
-                            f"{url}/api/search", params={"q": describe(node), "limit": "10"}
-                        ) as response:
-                            await response.read()
-                            assert response.status == 200, response.status
-                        times.append((time.perf_counter() - started) * 1000)
-                    times.sort()
-                    measured[query_class.name] = {
-                        "p50_ms": round(statistics.median(times), 2),
-                        "p99_ms": round(times[int(0.99 * (len(times) - 1))], 2),
-                        "max_ms": round(times[-1], 2),
-                        "target": query_class.target,
-                    }
-                    print(query_class.name, measured[query_class.name], flush=True)
-                results["classes"] = measured
+            # The first approximate query builds the typo table: not what is measured.
+            warming = {"q": "cachee~1"}
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"{url}/api/search", params=warming) as warm,
+            ):
+                await warm.read()
+            await asyncio.sleep(10)
+            yield classes, url, process, loading
         finally:
             process.terminate()
             await process.wait()
+
+
+def arguments(about: str, records: int, queries: int) -> argparse.Namespace:
+    """The command line of a benchmark of ``about`` on generated records (their number,
+    queries of each class and the seed; the defaults given)."""
+    parser = argparse.ArgumentParser(description=about)
+    parser.add_argument("--records", type=int, default=records)
+    parser.add_argument("--queries", type=int, default=queries)
+    parser.add_argument("--seed", type=int, default=1994)
+    return parser.parse_args()
+
+
+def header(args: argparse.Namespace) -> dict[str, object]:
+    """What a benchmark's results begin with: when, where, and how many records."""
+    return {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": f"{platform.machine()}",
+        "records": args.records,
+    }
+
+
+async def main() -> None:
+    args = arguments(__doc__.split("\n\n")[0], 100_000, 200)
+    results = header(args) | {"target_p99_ms": TARGET_P99_MS}
+    async with warmed(args) as (classes, url, _, loading):
+        results["load_seconds"] = round(loading, 1)
+        async with aiohttp.ClientSession() as session:
+            measured = {}
+            for query_class in classes:
+                times = []
+                for node in query_class.queries:
+                    started = time.perf_counter()
+                    async with session.get(
+                        f"{url}/api/search", params={"q": describe(node), "limit": "10"}
+                    ) as response:
+                        await response.read()
+                        assert response.status == 200, response.status
+                    times.append((time.perf_counter() - started) * 1000)
+                measured[query_class.name] = {
+                    **percentiles(times),
+                    "target": query_class.target,
+                }
+                print(query_class.name, measured[query_class.name], flush=True)
+            results["classes"] = measured
     OUTPUT.write_text(json.dumps(results, indent=2) + "\n")
 
 

@@ -16,13 +16,14 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from broker.api import make_app
 from broker.collector import Collector, PullResult
 from broker.config import INDEX_DIR, REGISTRY_FILE, Config
 from broker.errors import BrokerError, IndexNotReady
+from broker.facets import FacetCounter, FacetName, Facets
 from broker.federation import FederatedPage, Federation, SummaryKeeper
 from broker.hsr import COLLECTION as HSR_COLLECTION
 from broker.index.tantivy_engine import TantivyIndex
@@ -63,6 +64,7 @@ class Broker(Owned):
         self.index: TantivyIndex
         self.sync: IndexSync
         self.searcher: Searcher
+        self.facet_counter: FacetCounter
         self.scheduler: Scheduler | None = None  # made after the web server is up
         self.summaries: SummaryKeeper | None = None  # kept when registered at an HSR
         self.federation = Federation(config.federation, config.broker, self._hsr_url)
@@ -115,6 +117,9 @@ class Broker(Owned):
         self.index = await stack.enter_async_context(await TantivyIndex.open(directory / INDEX_DIR))
         self.sync = IndexSync(self.registry, self.index)
         self.searcher = Searcher(self.registry, self.index)
+        self.facet_counter = FacetCounter(
+            self.registry, self.index, changed=self.changed.current, excluding=HSR_COLLECTION
+        )
         await stack.enter_async_context(self.federation)
         if not self.index.unfilled or not await self.registry.count():
             # Before answering: the backlog a crash may have left (a new index of an empty
@@ -184,6 +189,21 @@ class Broker(Owned):
             raise IndexNotReady(self.index_state())
         return await self.searcher.search(
             text, limit=limit, offset=offset, case_sensitive=case_sensitive
+        )
+
+    async def facets(
+        self,
+        text: str,
+        *,
+        chosen: Mapping[FacetName, str],
+        case_sensitive: bool = False,
+        now: float,
+    ) -> Facets:
+        """``FacetCounter.count`` once the index is ready; IndexNotReady before."""
+        if not self.index_ready.is_set():
+            raise IndexNotReady(self.index_state())
+        return await self.facet_counter.count(
+            text, chosen=chosen, case_sensitive=case_sensitive, now=now
         )
 
     async def federated_search(

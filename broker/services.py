@@ -9,10 +9,12 @@ a ``Services`` and imports no driver: the broker builds its web application from
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.config import CollectionConfig, Config
+from broker.facets import FacetName, Facets
 from broker.federation import FederatedPage
 from broker.registry import Registry
 from broker.scheduler import Scheduler
@@ -75,6 +77,17 @@ class Services(Protocol):
         self, text: str, *, limit: int, offset: int = 0, case_sensitive: bool = False
     ) -> Page:
         """A page of results once the index is ready; IndexNotReady before."""
+
+    async def facets(
+        self,
+        text: str,
+        *,
+        chosen: Mapping[FacetName, str],
+        case_sensitive: bool = False,
+        now: float,
+    ) -> Facets:
+        """The facets of ``text`` narrowed by ``chosen`` (broker/facets.py) once the index is
+        ready; IndexNotReady before."""
 
     async def federated_search(
         self, text: str, *, limit: int, offset: int = 0, case_sensitive: bool = False

@@ -2,24 +2,26 @@
 
 ::
 
-    GET /                    the search form
-    GET /?q=...              results: title linked to the URL, URL, gatherer, snippets,
-                             paging; a query that does not parse is shown with a caret
+    GET /                    the search form (its fields: broker/search_form.py)
+    GET /?q=...              results: how many, title linked to the URL, URL, gatherer,
+                             snippets, numbered pages; beside them the facets (gatherer, type,
+                             date: broker/facets.py), each value a link that narrows the
+                             query, and the choices made, each a link that undoes it; a
+                             query that does not parse is shown with the problem marked and
+                             the part of the query help that explains it (broker/syntax_help.py)
     GET /?q=...&federated=1  the results of the brokers the HSR picks, merged: each with
                              the broker it came from; what each broker asked did
     GET /help                the query language (generated from docs/broker-query.md)
-    GET /static/harvest.css  the only style sheet; the pages load nothing else
-
-Form fields: ``q`` (the query), ``title``, ``author``, ``keywords`` (each, when filled, ANDed
-to the query as ``Title: (...)``), ``case`` (1: case-sensitive), ``n`` (results per page),
-``start`` (offset of the page), ``federated`` (1: ask the brokers the HSR picks).
+    GET /static/harvest.css  the style sheet
+    GET /static/harvest.js   keyboard shortcuts ("/" to the search box), an enhancement only
 
 Templates (Jinja2, autoescaped) and the static files are read once at start-up on a worker
 thread (``SearchPage.startup``), never on the event loop. Snippet marks (``\\x02``/``\\x03``)
 are split into (text, marked) parts that the template escapes and wraps in ``<mark>``.
 Result links are made only for URL schemes a browser can safely follow (never
 ``javascript:``); the pages send a Content-Security-Policy that allows nothing external and
-no script, and ``Referrer-Policy: no-referrer`` so a clicked result does not learn the query.
+no script but the page's own file, and ``Referrer-Policy: no-referrer`` so a clicked result
+does not learn the query.
 
 ``python -m broker.web`` writes the help body from docs/broker-query.md to stdout (the
 package ships the result, broker/templates/query-help.html; a test keeps it in sync).
@@ -31,45 +33,46 @@ import asyncio
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from jinja2 import DictLoader, Environment, StrictUndefined, Template
 from markupsafe import Markup, escape
 
 from broker.errors import QuerySyntaxError
+from broker.facets import FACETS, Facets
+from broker.facets import label as facet_label
 from broker.federation import FederatedPage, Merged
 from broker.federation.merge import MAX_RESULTS
 from broker.metrics import BrokerMetrics
 from broker.search import Page, Result
+from broker.search_form import MAX_START, PAGE_SIZES, Form, page_links
 from broker.services import Services
 from broker.snippets import END, START
+from broker.syntax_help import HelpSection, help_sections, section_for
 from harvest_common.software import software_version
 
 TEMPLATES = ("base.html", "search.html", "help.html", "error.html")
 STYLE_SHEET = "harvest.css"
+SCRIPT = "harvest.js"
 QUERY_HELP = "query-help.html"
 
-# The attribute filters of the form: (field name, SOIF attribute).
-FILTERS = (("title", "Title"), ("author", "Author"), ("keywords", "Keywords"))
-PAGE_SIZES = (10, 20, 50, 100)
-DEFAULT_PAGE_SIZE = 10
-MAX_START = 10_000  # deeper pages cost the index more than anyone reads
 LINKABLE = frozenset({"http", "https", "ftp", "gopher"})
 
 HEADERS = {
     "Content-Security-Policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
-        " base-uri 'none'; frame-ancestors 'none'"
+        "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self';"
+        " form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+_TITLES = {kind.name: kind.title for kind in FACETS}
 
 
 def marked_parts(text: str) -> list[tuple[str, bool]]:
@@ -100,19 +103,6 @@ def marked_html(text: str) -> str:
     )
 
 
-def combined_query(query: str, filters: Sequence[tuple[str, str]]) -> str:
-    """The query the form asks: ``query`` ANDed with ``Attribute: (value)`` for each filled
-    filter. The query is parenthesized only when filters follow (so that ``a OR b`` stays
-    one operand); alone it is kept as typed, and error positions point into it."""
-    query = query.strip()
-    terms = [f"{attribute}: ({value.strip()})" for attribute, value in filters if value.strip()]
-    if not terms:
-        return query
-    if query:
-        terms.insert(0, f"({query})")
-    return " AND ".join(terms)
-
-
 def linkable(url: str) -> bool:
     """Whether a result's URL may be a link (a scheme a browser can safely follow)."""
     try:
@@ -128,6 +118,7 @@ class Assets:
 
     templates: dict[str, str]
     style_sheet: bytes
+    script: bytes
     query_help: str
 
 
@@ -137,65 +128,9 @@ def load_assets() -> Assets:
     return Assets(
         templates={name: (folder / name).read_text("utf-8") for name in TEMPLATES},
         style_sheet=(folder / STYLE_SHEET).read_bytes(),
+        script=(folder / SCRIPT).read_bytes(),
         query_help=(folder / QUERY_HELP).read_text("utf-8"),
     )
-
-
-def _number(params: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    """A form number, or ``default`` when absent or not a number; kept within lo..hi (a
-    page made of links should not answer a hand-edited URL with an error)."""
-    text = params.get(name, "")
-    if not (text.isascii() and text.isdigit()) or len(text) > 9:
-        return default
-    return max(lo, min(hi, int(text)))
-
-
-@dataclass(frozen=True, slots=True)
-class Form:
-    """The form as submitted."""
-
-    q: str
-    filters: tuple[tuple[str, str, str], ...]  # (field, attribute, value)
-    case: bool
-    n: int
-    start: int
-    federated: bool = False
-
-    @classmethod
-    def read(cls, params: Mapping[str, str], max_results: int) -> Form:
-        n = _number(params, "n", min(DEFAULT_PAGE_SIZE, max_results), 1, max_results)
-        federated = _checked(params, "federated")
-        # A federated page is merged from the brokers' first results: it ends sooner.
-        last_start = max(0, MAX_RESULTS - n) if federated else MAX_START
-        return cls(
-            q=params.get("q", ""),
-            filters=tuple(
-                (field, attribute, params.get(field, "")) for field, attribute in FILTERS
-            ),
-            case=_checked(params, "case"),
-            n=n,
-            start=_number(params, "start", 0, 0, last_start),
-            federated=federated,
-        )
-
-    @property
-    def query(self) -> str:
-        return combined_query(self.q, [(attribute, value) for _, attribute, value in self.filters])
-
-    def link(self, start: int) -> str:
-        """The URL of the same search at another offset."""
-        params: list[tuple[str, str]] = [("q", self.q)]
-        params += [(field, value) for field, _, value in self.filters if value]
-        if self.case:
-            params.append(("case", "1"))
-        if self.federated:
-            params.append(("federated", "1"))
-        params += [("n", str(self.n)), ("start", str(start))]
-        return "?" + urlencode(params)
-
-
-def _checked(params: Mapping[str, str], name: str) -> bool:
-    return params.get(name, "") in ("1", "on", "true")
 
 
 def _when(seconds: float | None) -> str | None:
@@ -238,6 +173,62 @@ def _merged_view(merged: Merged) -> dict[str, Any]:
     return view
 
 
+def chosen_view(form: Form) -> list[dict[str, str]]:
+    """The facet choices the query is narrowed by, each with the link that undoes it."""
+    return [
+        {
+            "facet": _TITLES[facet],
+            "label": facet_label(facet, value),
+            "remove": form.choosing(facet, None),
+        }
+        for facet, value in form.chosen
+    ]
+
+
+def facets_view(form: Form, found: Facets) -> list[dict[str, Any]]:
+    """The facets as the page lists them: each value a link that narrows the query to it,
+    or (chosen) that undoes the choice."""
+    return [
+        {
+            "name": facet.kind.name,
+            "title": facet.kind.title,
+            "more": facet.more,
+            "entries": [
+                {
+                    "label": value.label,
+                    "count": value.count,
+                    "chosen": value.chosen,
+                    "href": form.choosing(facet.kind.name, None if value.chosen else value.value),
+                }
+                for value in facet.values
+            ],
+        }
+        for facet in found.facets
+        if facet.values
+    ]
+
+
+def error_view(
+    form: Form, error: QuerySyntaxError, sections: dict[str, HelpSection]
+) -> dict[str, Any]:
+    """A query that does not parse: its text around the problem, where the problem is in the
+    search box (when the box holds the whole query), and the help's section about it."""
+    at = error.position
+    text = error.query
+    typed = form.q
+    box = None
+    if text == typed.strip():
+        box = at + len(typed) - len(typed.lstrip())
+    return {
+        "error": error,
+        "before": text[:at],
+        "at": text[at : at + 1],
+        "after": text[at + 1 :],
+        "error_in_box": box,
+        "hint": sections.get(section_for(text, at)),
+    }
+
+
 class SearchPage:
     """The page's handlers over one broker."""
 
@@ -246,6 +237,7 @@ class SearchPage:
         self._metrics = metrics
         self._templates: dict[str, Template] = {}
         self._assets: Assets | None = None
+        self._sections: dict[str, HelpSection] = {}
 
     async def startup(self, app: web.Application) -> None:
         """Read the templates and static files on a worker thread, and compile them."""
@@ -259,6 +251,7 @@ class SearchPage:
             lstrip_blocks=True,
         )
         self._templates = {name: env.get_template(name) for name in TEMPLATES}
+        self._sections = help_sections(assets.query_help)
 
     def _render(self, name: str, status: int = 200, **context: Any) -> web.Response:
         context.setdefault("broker_name", self._services.config.broker.name)
@@ -271,13 +264,19 @@ class SearchPage:
     async def index(self, request: web.Request) -> web.Response:
         max_results = self._services.config.broker.max_results
         form = Form.read(request.query, max_results)
+        now = time.time()
+        query = form.query(now)
         context: dict[str, Any] = {
             "form": form,
+            "query": query,
             "sizes": sorted({n for n in PAGE_SIZES if n <= max_results} | {form.n}),
+            "chosen": chosen_view(form),
+            "options_open": form.advanced(max_results),
             "error": None,
+            "error_in_box": None,
             "page": None,
+            "facets": None,
         }
-        query = form.query
         if query:
             try:
                 with self._metrics.query("page"):
@@ -286,32 +285,47 @@ class SearchPage:
                             query, limit=form.n, offset=form.start, case_sensitive=form.case
                         )
                     else:
-                        page = await self._services.search(
-                            query, limit=form.n, offset=form.start, case_sensitive=form.case
-                        )
+                        page, found = await self._search(form, query, now)
             except QuerySyntaxError as error:
-                context["error"] = error
+                context.update(error_view(form, error, self._sections))
                 return self._render("search.html", status=400, **context)
             if form.federated:
                 self._metrics.federated(a.outcome for a in merged.answers)
                 context.update(self._federated_view(form, merged))
             else:
-                context.update(self._page_view(form, page))
+                context.update(self._page_view(form, page, found))
         return self._render("search.html", **context)
 
-    def _page_view(self, form: Form, page: Page) -> dict[str, Any]:
+    async def _search(self, form: Form, query: str, now: float) -> tuple[Page, Facets | None]:
+        """The page of results, and the facets of the query when it has results."""
+        page = await self._services.search(
+            query, limit=form.n, offset=form.start, case_sensitive=form.case
+        )
+        if not page.results:
+            return page, None
+        found = await self._services.facets(
+            form.base_query, chosen=dict(form.chosen), case_sensitive=form.case, now=now
+        )
+        return page, found
+
+    def _page_view(self, form: Form, page: Page, found: Facets | None) -> dict[str, Any]:
         last = page.offset + len(page.results)
         more = last < page.total and last < MAX_START
         return self._paged(form, page, [_result_view(r) for r in page.results], more) | {
             "exact": page.exact,
             "answers": None,
+            "pages": page_links(form, page.offset, page.total) if page.results else [],
+            "facets": None if found is None else facets_view(form, found),
+            "facets_exact": found is None or found.exact,
+            "facets_complete": found is None or found.complete,
         }
 
     def _federated_view(self, form: Form, page: FederatedPage) -> dict[str, Any]:
         more = page.more and page.offset + form.n < MAX_RESULTS
         return self._paged(form, page, [_merged_view(m) for m in page.results], more) | {
-            "exact": True,
+            "exact": False,  # the brokers' totals, summed: a URL two hold counts twice
             "answers": page.answers,
+            "pages": [],
         }
 
     @staticmethod
@@ -331,14 +345,21 @@ class SearchPage:
         assert self._assets is not None
         return self._render("help.html", body=Markup(self._assets.query_help))
 
-    async def style_sheet(self, request: web.Request) -> web.Response:
-        assert self._assets is not None
+    def _static(self, body: bytes, content_type: str) -> web.Response:
         return web.Response(
-            body=self._assets.style_sheet,
-            content_type="text/css",
+            body=body,
+            content_type=content_type,
             charset="utf-8",
             headers={"Cache-Control": "max-age=3600", "X-Content-Type-Options": "nosniff"},
         )
+
+    async def style_sheet(self, request: web.Request) -> web.Response:
+        assert self._assets is not None
+        return self._static(self._assets.style_sheet, "text/css")
+
+    async def script(self, request: web.Request) -> web.Response:
+        assert self._assets is not None
+        return self._static(self._assets.script, "text/javascript")
 
     def error_page(self, status: int, title: str, message: str) -> web.Response:
         """An HTML error page (for the app's error boundary)."""
@@ -354,6 +375,7 @@ def add_routes(app: web.Application, services: Services, metrics: BrokerMetrics)
     app.router.add_get("/", page.index)
     app.router.add_get("/help", page.help)
     app.router.add_get(f"/static/{STYLE_SHEET}", page.style_sheet)
+    app.router.add_get(f"/static/{SCRIPT}", page.script)
     return page
 
 

@@ -13,6 +13,7 @@ do not skip.
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import os
@@ -31,6 +32,9 @@ import pytest
 
 STEP = 15.0  # seconds any one browser step may take
 START_SECONDS = 30.0
+
+# The keys tests press: (code, Windows virtual key code, text typed).
+KEYS = {"Tab": ("Tab", 9, ""), "Enter": ("Enter", 13, "\r"), "/": ("Slash", 191, "/")}
 
 # Every browser test runs Chromium with these (besides its profile, port and proxy).
 FLAGS = (
@@ -194,6 +198,39 @@ class Tab:
         await self.evaluate(
             f"document.querySelector({json.dumps(selector)}).value = {json.dumps(value)}"
         )
+
+    async def press(self, key: str, *, shift: bool = False) -> None:
+        """Press and release ``key`` (one of KEYS) as the keyboard does: the page sees the
+        key events, and the browser does what the key does (moves the focus, submits)."""
+        code, virtual, text = KEYS[key]
+        common = {"key": key, "code": code, "windowsVirtualKeyCode": virtual}
+        if shift:
+            common["modifiers"] = 8
+        try:
+            await self.send("Input.dispatchKeyEvent", type="keyDown", text=text, **common)
+            await self.send("Input.dispatchKeyEvent", type="keyUp", **common)
+        except DevToolsError as error:  # the key navigated before the answer: what it is for
+            if "navigated" not in str(error):
+                raise
+
+    async def type_text(self, text: str) -> None:
+        """Type ``text`` into the focused element."""
+        await self.send("Input.insertText", text=text)
+
+    async def viewport(self, width: int, height: int) -> None:
+        """Show the page as a screen ``width`` by ``height`` CSS pixels shows it."""
+        await self.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=width < 600,
+        )
+
+    async def screenshot(self) -> bytes:
+        """The viewport as a PNG image."""
+        shot = await self.send("Page.captureScreenshot", format="png")
+        return base64.b64decode(shot["data"])
 
     async def click(self, selector: str) -> None:
         try:

@@ -4,6 +4,7 @@ one object.
 ::
 
     GET  /api/search?q=&limit=&offset=&case=0|1[&federated=1]    a page of results (JSON)
+                    [&facets=1]                                    with the facets of the query
     GET  /api/objects/{oid}[?format=soif|json]                    one object
 """
 
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 from aiohttp import web
 
 from broker import web as page
 from broker.api.params import BadRequest, flag, integer
+from broker.facets import Facets
 from broker.federation import Answer, FederatedPage, Ranked
 from broker.federation.merge import MAX_RESULTS
 from broker.metrics import BrokerMetrics
@@ -55,6 +58,28 @@ def page_json(page_: Page) -> dict[str, Any]:
         "offset": page_.offset,
         "limit": page_.limit,
         "results": [result_json(r) for r in page_.results],
+    }
+
+
+def facets_json(found: Facets) -> dict[str, Any]:
+    """The facets of a query as the search API returns them: each value with its count and
+    the query term that narrows the query to it."""
+    return {
+        "exact": found.exact,
+        "complete": found.complete,
+        "facets": [
+            {
+                "name": facet.kind.name,
+                "title": facet.kind.title,
+                "attribute": facet.kind.attribute,
+                "more": facet.more,
+                "values": [
+                    {"value": v.value, "label": v.label, "count": v.count, "term": v.term}
+                    for v in facet.values
+                ],
+            }
+            for facet in found.facets
+        ],
     }
 
 
@@ -112,7 +137,10 @@ class QueryApi:
         limit = min(integer(params, "limit", DEFAULT_LIMIT, 1, 10**9), max_results)
         case = flag(params, "case")
         text = params.get("q", "")
+        faceted = flag(params, "facets")
         if flag(params, "federated"):
+            if faceted:
+                raise BadRequest("facets count this broker's objects: not with federated=1")
             # Each broker is asked for the results up to the page's end.
             offset = integer(params, "offset", 0, 0, MAX_RESULTS - limit)
             with self._metrics.query("api"):
@@ -126,7 +154,13 @@ class QueryApi:
             found = await self._services.search(
                 text, limit=limit, offset=offset, case_sensitive=case
             )
-        return web.json_response(page_json(found))
+            answer = page_json(found)
+            if faceted:
+                counted = await self._services.facets(
+                    text, chosen={}, case_sensitive=case, now=time.time()
+                )
+                answer["facets"] = facets_json(counted)
+        return web.json_response(answer)
 
     async def object(self, request: web.Request) -> web.Response:
         key = request.match_info["oid"]

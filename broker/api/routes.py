@@ -5,7 +5,8 @@ search page and the metrics, with one error boundary, built from the running bro
 ::
 
     GET  /api/search?q=&limit=&offset=&case=0|1    a page of results (broker.api.queries);
-                    [&federated=1]                  of the brokers the HSR picks
+                    [&federated=1]                  of the brokers the HSR picks;
+                    [&facets=1]                     with the query's facets (broker.facets)
     GET  /api/objects/{oid}[?format=soif|json]      one object
     GET  /api/status                                name, version, objects, index, collections
     GET  /api/stats                                 counters (queries, exports, registrations)
@@ -13,7 +14,7 @@ search page and the metrics, with one error boundary, built from the running bro
     GET  /bulk[?since=SEQ][&query=Q]                SOIF stream (broker.bulk)
     POST /api/hsr/register, GET /api/hsr            the server registry (broker.hsr)
     GET  /api/hsr/route?q=[&limit=]                 the brokers ranked for a query
-    GET  /, /help                                   the search page (broker.web)
+    GET  /, /help, /static/...                      the search page (broker.web)
 
     admin (Authorization: Bearer <broker.admin_token>; broker.api.admin):
     POST   /api/admin/collections                   add a collection (a [[collections]] table)
