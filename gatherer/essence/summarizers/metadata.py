@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -69,7 +69,7 @@ def read(tree: LexborHTMLParser) -> PageMeta:
     meta = PageMeta()
     html = tree.css_first("html")
     if html is not None:
-        _add(meta.languages, language_tag(html.attrs.sget("lang")))
+        _add_language(meta.languages, html.attrs.sget("lang"))
     _read_meta(tree, meta)
     for document in _json_ld_documents(tree):
         _read_json_ld(document, meta)
@@ -118,10 +118,27 @@ def _add_person(values: list[str], text: str) -> None:
         _add(values, text)
 
 
+def _add_language(values: list[str], text: str) -> None:
+    _add(values, language_tag(text))
+
+
 def language_tag(text: str) -> str:
     """``text`` as a BCP 47 language tag (``en-GB``), or empty when it is not one."""
     found = _LANGUAGE.fullmatch(text.strip())
     return found.group(0).replace("_", "-") if found else ""
+
+
+# The schema.org properties read from JSON-LD and microdata: the PageMeta list each goes to,
+# and how a value is added there.
+_SCHEMA_ORG: dict[str, tuple[str, Callable[[list[str], str], None]]] = {
+    "headline": ("titles", _add),
+    "description": ("descriptions", _add),
+    "author": ("authors", _add_person),
+    "keywords": ("keywords", _add_keywords),
+    "datePublished": ("published", _add_date),
+    "dateModified": ("modified", _add_date),
+    "inLanguage": ("languages", _add_language),
+}
 
 
 def _read_meta(tree: LexborHTMLParser, meta: PageMeta) -> None:
@@ -131,7 +148,7 @@ def _read_meta(tree: LexborHTMLParser, meta: PageMeta) -> None:
         content = attrs.sget("content")
         if not name:
             if attrs.sget("http-equiv").strip().lower() == "content-language":
-                _add(meta.languages, language_tag(content.split(",")[0]))
+                _add_language(meta.languages, content.split(",")[0])
             continue
         if name in ("description", "dc.description", "dcterms.description"):
             _add(meta.descriptions, content)
@@ -146,7 +163,7 @@ def _read_meta(tree: LexborHTMLParser, meta: PageMeta) -> None:
         elif name in ("dc.title", "dcterms.title"):
             _add(meta.titles, content)
         elif name in ("language", "dc.language", "dcterms.language"):
-            _add(meta.languages, language_tag(content))
+            _add_language(meta.languages, content)
         elif name in ("robots", "googlebot"):
             directives = set(content.lower().replace(",", " ").split())
             meta.noindex |= bool(directives & {"noindex", "none"})
@@ -172,7 +189,7 @@ def _read_open_graph(tree: LexborHTMLParser, meta: PageMeta) -> None:
         elif prop in ("article:modified_time", "og:updated_time"):
             _add_date(meta.modified, content)
         elif prop == "og:locale":
-            _add(meta.languages, language_tag(content))
+            _add_language(meta.languages, content)
 
 
 def _json_ld_documents(tree: LexborHTMLParser) -> Iterator[dict[str, Any]]:
@@ -222,39 +239,22 @@ def _strings(value: object, key: str = "name") -> Iterator[str]:
 
 
 def _read_json_ld(document: dict[str, Any], meta: PageMeta) -> None:
-    for text in _strings(document.get("headline")):
-        _add(meta.titles, text)
-    for text in _strings(document.get("description")):
-        _add(meta.descriptions, text)
-    for text in _strings(document.get("author")):
-        _add_person(meta.authors, text)
-    for text in _strings(document.get("keywords")):
-        _add_keywords(meta.keywords, text)
-    for text in _strings(document.get("datePublished")):
-        _add_date(meta.published, text)
-    for text in _strings(document.get("dateModified")):
-        _add_date(meta.modified, text)
-    for text in _strings(document.get("inLanguage")):
-        _add(meta.languages, language_tag(text))
+    for name, (field_name, add) in _SCHEMA_ORG.items():
+        values = getattr(meta, field_name)
+        for text in _strings(document.get(name)):
+            add(values, text)
 
 
 def _read_microdata(tree: LexborHTMLParser, meta: PageMeta) -> None:
     for node in tree.css(_MICRODATA):
-        for prop in node.attrs.sget("itemprop").split():
-            if prop == "headline":
-                _add(meta.titles, _item_value(node))
-            elif prop == "description":
-                _add(meta.descriptions, _item_value(node))
-            elif prop == "author":
-                _add_person(meta.authors, _item_name(node))
-            elif prop == "keywords":
-                _add_keywords(meta.keywords, _item_value(node))
-            elif prop == "datePublished":
-                _add_date(meta.published, _item_value(node))
-            elif prop == "dateModified":
-                _add_date(meta.modified, _item_value(node))
-            elif prop == "inLanguage":
-                _add(meta.languages, language_tag(_item_value(node)))
+        for name in node.attrs.sget("itemprop").split():
+            known = _SCHEMA_ORG.get(name)
+            if known is not None:
+                field_name, add = known
+                add(
+                    getattr(meta, field_name),
+                    _item_name(node) if name == "author" else _item_value(node),
+                )
 
 
 def _item_value(node: LexborNode) -> str:
