@@ -30,7 +30,7 @@ _MAIN = "main, [role=main]"
 _MAIN_MIN_CHARS = 200
 _ARTICLES = "[itemprop=articleBody], article"
 # Elements that are frame by their tag or role wherever they are.
-_FRAME_TAGS = frozenset({"nav", "aside", "footer", "form", "dialog", "button", "select"})
+_FRAME_TAGS = frozenset({"nav", "aside", "header", "footer", "form", "dialog", "button", "select"})
 _FRAME_ROLES = frozenset(
     {
         "navigation",
@@ -161,7 +161,7 @@ def _link_chars(node: LexborNode) -> int:
 def _is_frame(node: LexborNode) -> bool:
     attrs = node.attrs
     tag = node.tag
-    if tag in _FRAME_TAGS or tag == "header":
+    if tag in _FRAME_TAGS:
         return True
     if attrs.sget("role").strip().lower() in _FRAME_ROLES:
         return True
