@@ -478,15 +478,43 @@ class ClientConnection(asyncio.Protocol):
             transport.writelines((head, bytes(body) if isinstance(body, memoryview) else body))
             return
         transport.write(head)
-        sent = 0
-        if not transport.get_write_buffer_size() and not transport.is_closing():
-            try:
-                sent = os.sendfile(self._fileno, fd, offset, length)
-            except OSError:
-                sent = 0  # a full socket, or a broken one: the transport finds out below
+        sent = self._send_from(transport, fd, offset, length)
         if sent < length:
             rest = memoryview(body)[sent:]
             transport.write(bytes(rest) if isinstance(body, memoryview) else rest)
+
+    def sends_files(self) -> bool:
+        """Whether a response's body can go from a file now: a plain socket (not TLS), open,
+        with nothing queued before it."""
+        transport = self.transport
+        return (
+            self._fileno >= 0
+            and not self._held
+            and transport is not None
+            and not self.closed
+            and not transport.get_write_buffer_size()
+        )
+
+    def send_file(self, head: bytes, fd: int, offset: int, length: int) -> None:
+        """A whole response whose body is ``length`` bytes of the file ``fd`` from ``offset``,
+        all in the page cache, when ``sends_files`` has just said yes: the head written, the
+        body sent by the kernel, and what the socket does not take at once read from those
+        pages and queued (a copy from memory, as sendfile's own)."""
+        transport = self.transport
+        assert transport is not None
+        transport.write(head)
+        sent = self._send_from(transport, fd, offset, length)
+        if sent < length:
+            transport.write(os.pread(fd, length - sent, offset + sent))
+
+    def _send_from(self, transport: asyncio.Transport, fd: int, offset: int, length: int) -> int:
+        """Bytes of a body sent from ``fd`` by the kernel, if the head went out whole."""
+        if transport.get_write_buffer_size() or transport.is_closing():
+            return 0
+        try:
+            return os.sendfile(self._fileno, fd, offset, length)
+        except OSError:
+            return 0  # a full socket, or a broken one: the transport finds out when written
 
     async def drain(self) -> None:
         if not self._writable.is_set():

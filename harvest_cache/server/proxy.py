@@ -84,7 +84,7 @@ from harvest_cache.server.partials import (
     PartWriter,
     close_bodies,
 )
-from harvest_cache.server.prepared.hits import HotEntry, HotIndex
+from harvest_cache.server.prepared.hits import DiskEntry, HotEntry, HotIndex
 from harvest_cache.server.reply import ClientGone, Reply, from_store, interim_relay
 from harvest_cache.server.request import Request
 from harvest_cache.server.routing import Router, request_target
@@ -303,13 +303,25 @@ class Proxy:
         and the page cache (read without waiting), and prepare its next hits (unless it
         was read from disk and left there: its body is then sent from disk); False if it is
         not one: the general path then takes the request."""
-        memory = self._memory
+        memory, hot = self._memory, self._hot
         found: StoredObject | DiskHit | VaryMarker | None = memory.get(key)
         from_disk = False
         if found is None:
             if not memory.on_disk(key):
                 return False
-            found = memory.read_disk(key)
+            again = hot.lookup_disk(target, now) if conn.sends_files() else None
+            if again is None:
+                found = memory.read_disk(key)
+            else:
+                resent = memory.resend_disk(key, again.hit)
+                if isinstance(resent, int):
+                    self._send_again(conn, again, resent, keep_alive, version, now)
+                    return True
+                if resent is None:
+                    hot.forget_disk(target)
+                    found = memory.read_disk(key)
+                else:
+                    found = resent  # (promoted; the entry serves again once it is evicted)
             from_disk = True
         if found is None or isinstance(found, VaryMarker):
             return False  # (a Vary marker, or not to be had without waiting)
@@ -318,10 +330,11 @@ class Proxy:
         reuse = evaluate(found.head, NO_DIRECTIVES, now, heuristic, once=isinstance(found, DiskHit))
         if not isinstance(reuse, Fresh):
             return False
-        hot = self._hot
         if isinstance(found, DiskHit):
             bodiless = StoredObject(found.head, b"", "disk")
             entry = hot.prepare(key, bodiless, reuse.age, reuse.ttl, now, found.length)
+            if entry is not None:
+                hot.keep_disk(target, entry, found)
         else:
             # (an object just read from disk is likely read once: no page copy for it yet)
             entry = hot.add(target, key, found, reuse.age, reuse.ttl, now, copy_pages=not from_disk)
@@ -339,6 +352,25 @@ class Proxy:
         if self._log.enabled:
             self._log.write(hot.log_line(entry, now, conn.client_bytes, size, False, code))
         return True
+
+    def _send_again(
+        self,
+        conn: ClientConnection,
+        entry: DiskEntry,
+        fd: int,
+        keep_alive: bool,
+        version: str,
+        now: float,
+    ) -> None:
+        """Answer a plain GET from the prepared hit of an object left on disk, its body sent
+        from ``fd`` unread."""
+        hot, hit = self._hot, entry.hit
+        answer = hot.disk_head(entry, now, not keep_alive, version == "1.0")
+        conn.send_file(answer, fd, hit.offset, hit.length)
+        size = len(answer) + hit.length
+        self._traffic.ended("GET", "TCP_HIT", hit.head.status, size, 0.0, "HIER_NONE", False)
+        if self._log.enabled:
+            self._log.write(hot.disk_log_line(entry, now, conn.client_bytes, size))
 
     def _admits(self, client_ip: str, target: bytes) -> bool:
         """Whether a fast path may answer the client at ``client_ip`` for ``target`` (others

@@ -3,24 +3,30 @@
 While the memory tier has room for an object, it is promoted at once: that evicts nothing.
 Once the tier is full, a promotion evicts what the tier holds, and pays only if the object is
 asked for again before it is evicted in turn. As TinyLFU's doorkeeper does, an object is then
-promoted on its second read among the tier's last reads from disk about as many as it holds
-objects (two generations of key hashes, each up to that many): a popular object reaches
+promoted on its second read among the tier's last reads from disk: two generations of key
+hashes, each up to a quarter as many as the tier holds objects. A popular object reaches
 memory on its second read, while the rest of a working set larger than the tier is read from
-disk without churning the tier (with uniform requests over four tiers' worth of objects,
-three to four disk reads in five are not promoted, where each would have evicted an object as
-likely to be asked for as itself). Pure: no I/O, no clock.
+disk without churning the tier. Simulated with this class (bench/admission.py, a tier of
+4,096 objects, 400,000 requests), generations of a quarter of the tier against the whole
+tier: the tier's hit ratio 0.434 against 0.426 under Zipf(0.8) over 100,000 objects, 0.674
+against 0.650 over 16,384, 0.248 against 0.247 for uniform requests over 16,384, with 1.5 to
+2.8 times fewer promotions (0.097 against 0.271 a request, uniform); an eighth starts to lose
+hits. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-# A generation holds at least this many keys' hashes (a nearly empty tier's count says little).
-MIN_GENERATION = 1024
+# A generation holds this share of the tier's objects, and at least MIN_GENERATION keys'
+# hashes (a nearly empty tier's count says little).
+GENERATION_SHARE = 0.25
+MIN_GENERATION = 256
 
 
 class Admission:
     """The promotion decision for one memory tier (``held``: objects it holds now)."""
 
-    def __init__(self) -> None:
+    def __init__(self, share: float = GENERATION_SHARE) -> None:
+        self._share = share
         self._recent: set[int] = set()
         self._older: set[int] = set()
 
@@ -32,7 +38,7 @@ class Admission:
         h = hash(key)
         if h in self._recent or h in self._older:
             return True
-        if len(self._recent) >= max(MIN_GENERATION, held):
+        if len(self._recent) >= max(MIN_GENERATION, int(held * self._share)):
             self._older = self._recent
             self._recent = set()
         self._recent.add(h)

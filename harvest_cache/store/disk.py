@@ -439,7 +439,20 @@ class DiskTier:
         length = len(data) - body_at
         if isinstance(found, VaryMarker) or fd is None or found.head.body_length != length:
             return None
-        return DiskHit(found.head, fd, location.offset + body_at, length, data[body_at:])
+        return DiskHit(found.head, fd, location.offset + body_at, length, data[body_at:], where)
+
+    def resend_nowait(self, key: str, hit: DiskHit) -> int | None:
+        """For an object ``send_nowait`` gave as ``hit`` before: the descriptor to send its
+        body from again, unread, if ``key`` still has that very entry (an entry's place is
+        never reused: segment numbers are not, and segments are only appended to) with no
+        newer head, and the page cache holds the body; else None."""
+        h = hash(key)
+        if self._logged.get(h) != hit.where or h in self._rewritten:
+            return None
+        fd = self._segments.descriptor(hit.where >> _SEGMENT_SHIFT)
+        if fd is None or not self._segments.cached(fd, hit.offset, hit.length):
+            return None
+        return fd
 
     def get(self, key: str, read_limit: int) -> Found | None:
         """The marker or object under ``key``, or None.

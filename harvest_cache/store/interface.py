@@ -38,13 +38,15 @@ class DiskHit(NamedTuple):
     """A small object read from the disk tier on the event loop for one answer, at once: its
     body, ``length`` bytes of the segment file open as ``fd`` from ``offset``, is in the page
     cache (it was just read from there), to be sent by the kernel (sendfile); ``view`` has
-    the same bytes until the tier's next read. Not to be kept: the segment may go."""
+    the same bytes until the tier's next read; ``where`` names the entry. Not to be kept
+    beyond the answer, but to ask ``MemoryView.resend_disk`` with: the segment may go."""
 
     head: StoredHead
     fd: int
     offset: int
     length: int
     view: memoryview
+    where: int
 
 
 class ObjectWriter(Protocol):
@@ -90,6 +92,11 @@ class MemoryView:
     # device: as promoted into the memory tier, if it took it, else a DiskHit; None says
     # nothing (a marker, or not to be had at once: ``ObjectStore.get`` tells).
     read_disk: Callable[[str], StoredObject | DiskHit | None]
+    # For an object ``read_disk`` gave as a DiskHit before (the same key and hit), if the
+    # disk tier still has that entry, unchanged, and the page cache all its body: the
+    # descriptor to send its body from again without reading it, or the object promoted, if
+    # the memory tier takes it now (as ``read_disk`` would); None otherwise.
+    resend_disk: Callable[[str, DiskHit], int | StoredObject | None]
     has_disk: bool
     # The largest body ``put`` stores, in bytes (-1: none). Without a disk tier the store's
     # largest object (``put`` drops the key's copy for a larger one).

@@ -30,6 +30,7 @@ the entry's key and CRC catch the rest.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import struct
 import threading
@@ -45,6 +46,25 @@ if _sync_file_range is not None:
     _sync_file_range.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     _sync_file_range.restype = ctypes.c_int
 _SYNC_FILE_RANGE_WRITE = 2
+
+
+# cachestat(2) (Linux 6.5; the same number on every architecture), which Python does not
+# wrap either: how many pages of a range the page cache holds, without reading them.
+class _CacheRange(ctypes.Structure):
+    _fields_ = (("offset", ctypes.c_uint64), ("length", ctypes.c_uint64))
+
+
+class _CacheStat(ctypes.Structure):
+    _fields_ = tuple(
+        (name, ctypes.c_uint64)
+        for name in ("cached", "dirty", "writeback", "evicted", "recently_evicted")
+    )
+
+
+_CACHESTAT = 451
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 MAGIC = b"HSE1"
 HEADER = struct.Struct("<4sIIII")
@@ -153,6 +173,10 @@ class Segments:
         self._opening = threading.Lock()
         self._active: tuple[int, int] | None = None  # (number, descriptor to append to)
         self._buffer = bytearray(64 << 10)  # ``read_nowait``'s
+        # ``cached``'s arguments, made once (like the buffer, for the event loop's thread).
+        self._cachestat = True
+        self._range, self._stat = _CacheRange(), _CacheStat()
+        self._range_ref, self._stat_ref = ctypes.byref(self._range), ctypes.byref(self._stat)
         # Segments this process started: every entry in them is one it wrote.
         self.own: set[int] = set()
 
@@ -224,6 +248,21 @@ class Segments:
         """The reading descriptor of segment ``number`` if it is open (for the event loop:
         as ``read_nowait``, it opens none)."""
         return self._readers.get(number)
+
+    def cached(self, fd: int, offset: int, length: int) -> bool:
+        """Whether the page cache holds all ``length`` bytes of ``fd`` from ``offset``: they
+        can then be sent without waiting on the device, and without reading them first
+        (``read_nowait`` copies them). False where the kernel cannot tell (before Linux 6.5,
+        or a sandbox refusing the call): ask ``read_nowait`` instead."""
+        if not self._cachestat or length <= 0:
+            return False
+        self._range.offset, self._range.length = offset, length
+        if _syscall(_CACHESTAT, fd, self._range_ref, self._stat_ref, 0) < 0:
+            if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):
+                self._cachestat = False
+            return False
+        pages = (offset + length - 1) // _PAGE - offset // _PAGE + 1
+        return int(self._stat.cached) >= pages
 
     def read_nowait(self, where: Location) -> memoryview | None:
         """The entry at ``where`` if the page cache holds all of it, else None: a view of a

@@ -113,6 +113,7 @@ class TieredStore:
             self._refresh_head,
             on_disk,
             _nothing_read if disk is None else self._read_sendable,
+            _nothing_resent if disk is None else self._resend,
             disk is not None,
             max_object if disk is None else min(max_object, disk.inline_limit - 1),
         )
@@ -232,6 +233,20 @@ class TieredStore:
         hit = self._disk.send_nowait(key)
         if hit is None or not self._admits(key, hit.head, hit.length):
             return hit
+        return self._promoted(key, hit)
+
+    def _resend(self, key: str, hit: DiskHit) -> int | StoredObject | None:
+        """(MemoryView.resend_disk) The same checks and promotion as ``_read_sendable``,
+        with nothing read unless the object is promoted."""
+        if self._disk is None or self._sharers is not None or self._written_behind(key):
+            return None
+        fd = self._disk.resend_nowait(key, hit)
+        if fd is None or not self._admits(key, hit.head, hit.length):
+            return fd
+        again = self._disk.send_nowait(key)
+        return None if again is None else self._promoted(key, again)
+
+    def _promoted(self, key: str, hit: DiskHit) -> StoredObject:
         promoted = StoredObject(hit.head, bytes(hit.view), "memory")
         self.memory.put(key, promoted)
         return promoted
@@ -489,6 +504,10 @@ async def file_chunks(body: FileBody) -> AsyncIterator[bytes]:
 
 
 def _nothing_read(key: str) -> None:
+    return None
+
+
+def _nothing_resent(key: str, hit: DiskHit) -> None:
     return None
 
 

@@ -18,9 +18,11 @@ def no_blocking_calls() -> Iterator[None]:
     with blockbuster_ctx(["harvest_cache", "harvest_common"]) as bb:
         # Page copies of hot bodies live in memory files: writing one never waits on a
         # device; nor does sendfile to a non-blocking socket from one, or from a disk-tier
-        # segment whose bytes were just read from the page cache (without waiting).
+        # segment whose bytes were just read from the page cache (without waiting) or that
+        # the page cache holds (cachestat).
         bb.functions["os.write"].can_block_in("harvest_cache/server/pages.py", "copy")
-        bb.functions["os.sendfile"].can_block_in("harvest_cache/server/connection.py", "write_sent")
+        connection = "harvest_cache/server/connection.py"
+        bb.functions["os.sendfile"].can_block_in(connection, "_send_from")
         yield
 
 

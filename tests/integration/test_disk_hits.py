@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -20,6 +21,7 @@ from aiohttp import web
 from harvest_cache.server.app import CacheServer
 from harvest_cache.server.connection import Answered, ClientConnection
 from harvest_cache.server.request import Request
+from harvest_cache.store.admission import Admission
 from tests.integration.test_prepared_equivalence import ask, comparable
 from tests.store.test_store_tiered import payload
 from tests.support import (
@@ -28,6 +30,7 @@ from tests.support import (
     open_proxy,
     read_response,
     request_bytes,
+    static,
     stop_and_read_log,
     wait_until,
 )
@@ -206,6 +209,25 @@ async def test_with_the_memory_tier_full_a_disk_hit_is_promoted_on_its_second_re
     assert sum(origin.hits.values()) == len(bodies)
 
 
+async def read_slowly(
+    cache: CacheServer, origin: Origin, paths: list[str], bodies: dict[str, bytes]
+) -> None:
+    """Ask for every one of ``paths`` at once on a connection with a small receive window,
+    read the answers only once all were asked for, and check each body."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(cache.address)
+    reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
+    try:
+        writer.write(b"".join(request_bytes("GET", origin.url(p)) for p in paths))
+        await asyncio.sleep(0.2)  # (the cache answers into a full socket meanwhile)
+        for path in paths:
+            answer = await read_response(reader)
+            assert (answer.status, answer.body) == (200, bodies[path]), path
+    finally:
+        writer.close()
+
+
 async def test_disk_hits_sent_to_a_client_that_reads_slowly_keep_their_bodies(
     origin: Origin, make_cache: MakeCache, tmp_path: Path
 ) -> None:
@@ -217,18 +239,7 @@ async def test_disk_hits_sent_to_a_client_that_reads_slowly_keep_their_bodies(
     cache = await fetched_into_a_small_cache(origin, make_cache, tmp_path, bodies)
     on_disk = [p for p in bodies if cache.store.memory.peek(origin.url(p)) is None]
     assert len(on_disk) > 200
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(cache.address)
-    reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
-    try:
-        writer.write(b"".join(request_bytes("GET", origin.url(p)) for p in on_disk))
-        await asyncio.sleep(0.2)  # (the cache answers into a full socket meanwhile)
-        for path in on_disk:
-            answer = await read_response(reader)
-            assert (answer.status, answer.body) == (200, bodies[path]), path
-    finally:
-        writer.close()
+    await read_slowly(cache, origin, on_disk, bodies)
     results = [line.result for line in await stop_and_read_log(cache)]
     assert results[-len(on_disk) :].count("TCP_HIT") == len(on_disk)
     assert cache.store.kept_on_disk > 200  # (not promoted: sent from disk)
@@ -256,3 +267,105 @@ async def test_prepared_hits_of_objects_the_memory_tier_dropped_are_forgotten(
     await drop_from_memory(cache)
     proxy = cache.proxy
     await wait_until(lambda: proxy.hot_entries == 0, within=5)
+
+
+def count_reads(cache: CacheServer) -> list[int]:
+    """Count the disk tier's reads on the event loop (one item a read)."""
+    disk = cache.store._disk
+    assert disk is not None
+    segments = disk._segments
+    read_nowait, reads = segments.read_nowait, []
+
+    def counted(where: Any) -> Any:
+        reads.append(1)
+        return read_nowait(where)
+
+    segments.read_nowait = counted  # type: ignore[method-assign]
+    return reads
+
+
+def forget_reads(cache: CacheServer) -> None:
+    """Have the promotion decision forget the disk reads so far (as it does, two generations
+    of reads later): the next read of each object is its first again."""
+    cache.store._admission = Admission()
+
+
+async def test_an_object_left_on_disk_is_answered_again_without_reading_it(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    """Read from disk and left there, its answer is kept (no body): the next request for
+    it, while the disk tier has that very entry and the page cache its body, is answered
+    from the kept head and the segment's pages, with no read, no decoding, no evaluation.
+    Once the object changes, the new one is read and answered; its length as well."""
+    bodies = {f"/k{i}": payload(16 * 1024, seed=i) for i in range(128)}  # twice memory
+    origin.route("/filler", static(b"f" * 64 * 1024, {"Cache-Control": "max-age=600"}))
+    cache = await fetched_into_a_small_cache(origin, make_cache, tmp_path, bodies)
+    path = next(p for p in bodies if cache.store.memory.peek(origin.url(p)) is None)
+    url = origin.url(path)
+    reads = count_reads(cache)
+    reader, writer = await open_proxy(cache.address[1])
+    try:
+        answers = []
+        for _ in range(3):
+            forget_reads(cache)  # (else its second read would promote it)
+            answers.append(await ask(reader, writer, "GET", url, ()))
+        assert [(a.status, a.body) for a in answers] == [(200, bodies[path])] * 3
+        assert len(reads) == 1  # the first; the others were sent unread
+        assert [a.get("Content-Length") for a in answers] == [str(16 * 1024)] * 3
+        assert cache.store.memory.peek(url) is None
+        # The origin's object changes (and grows); a reload (on a connection of its own, as
+        # the general path answers it) stores it, and it is left on disk alone: the kept
+        # answer is not the tier's entry any more.
+        bodies[path] = payload(20 * 1024, seed=99)
+        other = await open_proxy(cache.address[1])
+        try:
+            reload = await ask(*other, "GET", url, (("Cache-Control", "no-cache"),))
+            assert reload.body == bodies[path]
+            await cache.store.flush()
+            cache.store.memory.delete(url)
+            filler = await ask(*other, "GET", origin.url("/filler"), ())
+            assert filler.status == 200  # (the memory tier full again: no promotion for room)
+        finally:
+            other[1].close()
+        before = len(reads)
+        for _ in range(2):
+            forget_reads(cache)
+            again = await ask(reader, writer, "GET", url, ())
+            assert (again.status, again.body) == (200, bodies[path])
+            assert again.get("Content-Length") == str(20 * 1024)
+        assert len(reads) == before + 1  # the new entry read once, then sent unread
+    finally:
+        writer.close()
+    lines = [(line.result, line.url) for line in await stop_and_read_log(cache)]
+    assert [result for result, logged in lines if logged == url][-6:] == [
+        *["TCP_HIT"] * 3,
+        "TCP_CLIENT_REFRESH_MISS",
+        *["TCP_HIT"] * 2,
+    ]
+    assert origin.hits[path] == 2
+
+
+async def test_objects_left_on_disk_sent_again_to_a_slow_client_keep_their_bodies(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    """Bodies sent again from their segments unread: what the socket does not take at once
+    is read from the page cache and queued. 300 pipelined hits on kept answers to a client
+    with a small receive window, read only once all were asked for, come back whole."""
+    bodies = {f"/r{i}": payload(16 * 1024, seed=i) for i in range(300)}
+    cache = await fetched_into_a_small_cache(origin, make_cache, tmp_path, bodies)
+    on_disk = [p for p in bodies if cache.store.memory.peek(origin.url(p)) is None]
+    assert len(on_disk) > 200
+    reader, writer = await open_proxy(cache.address[1])
+    try:
+        for path in on_disk:  # each read once, and its answer kept
+            assert (await ask(reader, writer, "GET", origin.url(path), ())).status == 200
+    finally:
+        writer.close()
+    forget_reads(cache)
+    reads = count_reads(cache)
+    await read_slowly(cache, origin, on_disk, bodies)
+    # The first answers went out from the segments unread; once the socket was full, the
+    # rest were read to be queued.
+    assert 0 < len(reads) < len(on_disk)
+    results = [line.result for line in await stop_and_read_log(cache)]
+    assert results[-len(on_disk) :].count("TCP_HIT") == len(on_disk)

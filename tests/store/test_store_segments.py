@@ -287,6 +287,47 @@ async def test_an_entry_to_send_is_left_in_the_page_cache_checked_once(
         assert len(tier.tier._checked) == 1  # ("a" forgotten, to be checked again)
 
 
+def drop_from_page_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # (dirty pages stay)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+async def test_an_entry_sent_before_is_sent_again_unread_while_it_is_the_keys_and_cached(
+    tmp_path: Path,
+) -> None:
+    """``resend_nowait`` gives the descriptor to send a body from again, without a read,
+    while the key's entry is the one sent before, its head not rewritten, and the page cache
+    holds the body (cachestat); never for a newer object or head, or pages gone."""
+    directory = tmp_path / "cache"
+    async with Tier(directory, 256 * MIB) as tier:
+        disk = tier.tier
+        assert disk is not None
+        await tier("commit_many", [("a", head_for("a", 8 * KIB), payload(8 * KIB))])
+        hit = disk.send_nowait("a")
+        assert hit is not None
+        assert disk.resend_nowait("a", hit) == hit.fd
+        assert disk.resend_nowait("b", hit) is None  # (not the key's)
+        (path,) = segment_files(directory)
+        drop_from_page_cache(path)
+        assert not disk._segments.cached(hit.fd, hit.offset, hit.length)
+        assert disk.resend_nowait("a", hit) is None
+        assert os.pread(hit.fd, hit.length, hit.offset) == payload(8 * KIB)  # cached again
+        assert disk.resend_nowait("a", hit) == hit.fd
+        newer = head_for("a", 8 * KIB)._replace(response_time=hit.head.response_time + 60)
+        await tier("update_head", "a", newer)
+        assert disk.resend_nowait("a", hit) is None  # the entry's record is not the head
+        await tier("commit_many", [("a", head_for("a", 9 * KIB), payload(9 * KIB, seed=3))])
+        assert disk.resend_nowait("a", hit) is None  # another object
+        second = disk.send_nowait("a")
+        assert second is not None
+        assert bytes(second.view) == payload(9 * KIB, seed=3)
+        assert disk.resend_nowait("a", second) == second.fd
+
+
 async def test_an_entry_is_read_only_for_its_own_key(tmp_path: Path) -> None:
     """Two keys with one hash share a place in the membership: the entry's key tells."""
     directory = tmp_path / "cache"

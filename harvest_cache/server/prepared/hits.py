@@ -7,24 +7,36 @@ with only Age and Cache-Status written per request. An entry stays valid while t
 still holds that very object (an identity check), so replacement, revalidation, invalidation
 and eviction all retire it without any hook; its freshness deadline is fixed when it is made
 (a response's remaining time to live falls one second per second).
+
+An object read from the disk tier and left there gets an entry too, without its body: it stays
+valid while the disk tier holds that very entry (its place, never reused) with no newer head,
+and is used while the page cache holds the body, which the kernel then sends from the segment
+unread (bench/README.md, disk hits).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from harvest_cache.http.cache_status import string_item
 from harvest_cache.http.forwarding import forwarded_head, via_entry
 from harvest_cache.server.accesslog import line_rest, line_tail, time_field
 from harvest_cache.server.pages import BodyPages, PageCopy
-from harvest_cache.store.interface import MemoryView, StoredObject
+from harvest_cache.store.interface import DiskHit, MemoryView, StoredObject
 
 # One entry for each this many bytes of the memory tier at most: an entry costs about 1.8 KiB
 # besides the body it shares with the tier (an eighth of the tier for 16 KiB objects), and a
 # tier of smaller objects has its most requested ones prepared, the rest answered as they come.
 BYTES_PER_ENTRY = 16 << 10
 MIN_ENTRIES = 4096
+# Entries for objects left on disk hold no body: about 1.3 KiB each (tracemalloc over 20,000,
+# their heads included), a twelfth of a 16 KiB body. One for each 4 KiB of the memory tier,
+# as many as four times the 16 KiB objects it holds (at a third of its bytes), and never more
+# than MAX_DISK_ENTRIES (about 42 MiB).
+BYTES_PER_DISK_ENTRY = 4 << 10
+MAX_DISK_ENTRIES = 32768
 _MAX_LINES = 16  # access-log lines kept per entry
 # How a head ends: for a connection that closes, an HTTP/1.0 one kept alive, and others.
 _CLOSE = b"Connection: close\r\n\r\n"
@@ -54,6 +66,24 @@ class HotEntry:
     head_tail: bytes = b""  # as ``get_tail``, for HEAD (made on the first)
 
 
+class DiskEntry(NamedTuple):
+    """A prepared hit for an object answered from the disk tier and left there, its body
+    sent from its segment: the head's parts as a HotEntry has them, and the DiskHit (its view
+    dropped: the buffer it shows is reused) to ask the tier whether the entry is still the
+    key's, unchanged and cached."""
+
+    key: str
+    hit: DiskHit
+    prefix: bytes
+    expires_at: float
+    received_at: float
+    get_tail: bytes
+    key_param: bytes
+
+
+_NO_VIEW = memoryview(b"")
+
+
 class HotIndex:
     """Raw request targets of recent memory hits, with their prepared heads.
 
@@ -61,7 +91,11 @@ class HotIndex:
     ``max_bytes``, at least ``MIN_ENTRIES``) whose bodies add up to at most ``max_bytes``,
     the oldest made forgotten first: an entry holds its object's body, and one whose object
     the memory tier has since dropped (found out when it is looked up, or by ``sweep``)
-    would otherwise keep the body alive beyond the tier's bound."""
+    would otherwise keep the body alive beyond the tier's bound.
+
+    Besides, as many entries for objects answered from the disk tier and left there
+    (``keep_disk``): no body, and no second read of the entry, its decoding, or its head's
+    evaluation when the object is asked for again."""
 
     def __init__(
         self,
@@ -84,6 +118,10 @@ class HotIndex:
             max_entries = max(MIN_ENTRIES, max_bytes // BYTES_PER_ENTRY)
         self.max_entries = max_entries
         self.bytes = 0  # of the entries' bodies
+        self._disk: OrderedDict[bytes, DiskEntry] = OrderedDict()
+        self.max_disk_entries = min(
+            MAX_DISK_ENTRIES, max(MIN_ENTRIES, max_bytes // BYTES_PER_DISK_ENTRY)
+        )
         self._status_hit = f"Cache-Status: {name}; hit; ttl=".encode("latin-1")
         self._via = via_entry("1.1", name)
 
@@ -175,16 +213,54 @@ class HotIndex:
         age, ttl = int(now - entry.received_at), int(entry.expires_at - now)
         last_age, last_ttl, last_tail, head = entry.last_head
         if age != last_age or ttl != last_ttl or tail is not last_tail:
-            head = b"%bAge: %d\r\n%b%d%b\r\n%b" % (
-                entry.prefix,
-                age,
-                self._status_hit,
-                ttl,
-                entry.key_param,
-                tail,
-            )
+            head = self._head(entry.prefix, age, ttl, entry.key_param, tail)
             entry.last_head = (age, ttl, tail, head)
         return head
+
+    def _head(self, prefix: bytes, age: int, ttl: int, key_param: bytes, tail: bytes) -> bytes:
+        return b"%bAge: %d\r\n%b%d%b\r\n%b" % (prefix, age, self._status_hit, ttl, key_param, tail)
+
+    # -- objects left on disk ------------------------------------------------------------------
+
+    def keep_disk(self, target: bytes, entry: HotEntry, hit: DiskHit) -> None:
+        """Keep ``entry`` (made by ``prepare`` for ``hit``, just answered) for the next
+        requests for ``target``, while the disk tier has the object unchanged."""
+        disk = self._disk
+        disk.pop(target, None)
+        while len(disk) >= self.max_disk_entries:
+            disk.popitem(last=False)
+        disk[target] = DiskEntry(
+            entry.key,
+            hit._replace(view=_NO_VIEW),
+            entry.prefix,
+            entry.expires_at,
+            entry.received_at,
+            entry.get_tail,
+            entry.key_param,
+        )
+
+    def lookup_disk(self, target: bytes, now: float) -> DiskEntry | None:
+        """The entry kept for ``target``, if still fresh (the disk tier is asked whether it
+        is still the key's object)."""
+        entry = self._disk.get(target)
+        if entry is not None and now >= entry.expires_at:
+            del self._disk[target]
+            return None
+        return entry
+
+    def forget_disk(self, target: bytes) -> None:
+        self._disk.pop(target, None)
+
+    def disk_head(self, entry: DiskEntry, now: float, close: bool, http10: bool) -> bytes:
+        """The response head for one hit on ``entry``."""
+        tail = _CLOSE if close else _KEEP_ALIVE if http10 else _END
+        age, ttl = int(now - entry.received_at), int(entry.expires_at - now)
+        return self._head(entry.prefix, age, ttl, entry.key_param, tail)
+
+    def disk_log_line(self, entry: DiskEntry, now: float, client: bytes, size: int) -> bytes:
+        """The access-log line of one hit on ``entry``, ``size`` bytes sent."""
+        rest = line_rest(0, client, b"TCP_HIT", entry.hit.head.status, size, False)
+        return time_field(now) + rest + entry.get_tail
 
     def log_line(
         self,
@@ -228,6 +304,7 @@ class HotIndex:
     def clear(self) -> None:
         """Forget every entry (and so free their page copies)."""
         self._entries.clear()
+        self._disk.clear()
         self.bytes = 0
 
     def __len__(self) -> int:
