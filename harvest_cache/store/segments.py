@@ -30,9 +30,9 @@ the entry's key and CRC catch the rest.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import struct
+import sys
 import threading
 from pathlib import Path
 from typing import NamedTuple
@@ -65,6 +65,25 @@ _CACHESTAT = 451
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _kernel_tells_cached() -> bool:
+    """Whether this kernel answers cachestat (Linux 6.5 and later, unless a sandbox refuses
+    the call), asked once of the interpreter's own file."""
+    try:
+        fd = os.open(sys.executable, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        stat = _CacheStat()
+        told: int = _syscall(_CACHESTAT, fd, ctypes.byref(_CacheRange(0, 1)), ctypes.byref(stat), 0)
+        return told == 0
+    finally:
+        os.close(fd)
+
+
+# Whether ``Segments.cached`` can tell (else it always says no, and entries are read).
+CACHESTAT = _kernel_tells_cached()
 
 MAGIC = b"HSE1"
 HEADER = struct.Struct("<4sIIII")
@@ -174,7 +193,6 @@ class Segments:
         self._active: tuple[int, int] | None = None  # (number, descriptor to append to)
         self._buffer = bytearray(64 << 10)  # ``read_nowait``'s
         # ``cached``'s arguments, made once (like the buffer, for the event loop's thread).
-        self._cachestat = True
         self._range, self._stat = _CacheRange(), _CacheStat()
         self._range_ref, self._stat_ref = ctypes.byref(self._range), ctypes.byref(self._stat)
         # Segments this process started: every entry in them is one it wrote.
@@ -254,12 +272,10 @@ class Segments:
         can then be sent without waiting on the device, and without reading them first
         (``read_nowait`` copies them). False where the kernel cannot tell (before Linux 6.5,
         or a sandbox refusing the call): ask ``read_nowait`` instead."""
-        if not self._cachestat or length <= 0:
+        if not CACHESTAT or length <= 0:
             return False
         self._range.offset, self._range.length = offset, length
         if _syscall(_CACHESTAT, fd, self._range_ref, self._stat_ref, 0) < 0:
-            if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):
-                self._cachestat = False
             return False
         pages = (offset + length - 1) // _PAGE - offset // _PAGE + 1
         return int(self._stat.cached) >= pages

@@ -22,6 +22,7 @@ from harvest_cache.server.app import CacheServer
 from harvest_cache.server.connection import Answered, ClientConnection
 from harvest_cache.server.request import Request
 from harvest_cache.store.admission import Admission
+from harvest_cache.store.segments import CACHESTAT
 from tests.integration.test_prepared_equivalence import ask, comparable
 from tests.store.test_store_tiered import payload
 from tests.support import (
@@ -310,7 +311,9 @@ async def test_an_object_left_on_disk_is_answered_again_without_reading_it(
             forget_reads(cache)  # (else its second read would promote it)
             answers.append(await ask(reader, writer, "GET", url, ()))
         assert [(a.status, a.body) for a in answers] == [(200, bodies[path])] * 3
-        assert len(reads) == 1  # the first; the others were sent unread
+        # The first; the others were sent unread (read, on a kernel that cannot tell what
+        # the page cache holds).
+        assert len(reads) == (1 if CACHESTAT else 3)
         assert [a.get("Content-Length") for a in answers] == [str(16 * 1024)] * 3
         assert cache.store.memory.peek(url) is None
         # The origin's object changes (and grows); a reload (on a connection of its own, as
@@ -333,7 +336,7 @@ async def test_an_object_left_on_disk_is_answered_again_without_reading_it(
             again = await ask(reader, writer, "GET", url, ())
             assert (again.status, again.body) == (200, bodies[path])
             assert again.get("Content-Length") == str(20 * 1024)
-        assert len(reads) == before + 1  # the new entry read once, then sent unread
+        assert len(reads) == before + (1 if CACHESTAT else 2)  # the new entry once
     finally:
         writer.close()
     lines = [(line.result, line.url) for line in await stop_and_read_log(cache)]
@@ -366,6 +369,6 @@ async def test_objects_left_on_disk_sent_again_to_a_slow_client_keep_their_bodie
     await read_slowly(cache, origin, on_disk, bodies)
     # The first answers went out from the segments unread; once the socket was full, the
     # rest were read to be queued.
-    assert 0 < len(reads) < len(on_disk)
+    assert 0 < len(reads) < len(on_disk) if CACHESTAT else len(reads) == len(on_disk)
     results = [line.result for line in await stop_and_read_log(cache)]
     assert results[-len(on_disk) :].count("TCP_HIT") == len(on_disk)

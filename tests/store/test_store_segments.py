@@ -27,7 +27,7 @@ from harvest_cache.store.codec import ObjectRecord, encode
 from harvest_cache.store.disk import DiskError, DiskTier
 from harvest_cache.store.entry import VaryMarker
 from harvest_cache.store.interface import FileBody, StoredObject
-from harvest_cache.store.segments import Location, Segments, pack, unpack
+from harvest_cache.store.segments import CACHESTAT, Location, Segments, pack, unpack
 from tests.store.test_store_tiered import head_for, payload
 
 T = TypeVar("T")
@@ -309,6 +309,9 @@ async def test_an_entry_sent_before_is_sent_again_unread_while_it_is_the_keys_an
         await tier("commit_many", [("a", head_for("a", 8 * KIB), payload(8 * KIB))])
         hit = disk.send_nowait("a")
         assert hit is not None
+        if not CACHESTAT:  # (a kernel that cannot tell: every hit is read again)
+            assert disk.resend_nowait("a", hit) is None
+            return
         assert disk.resend_nowait("a", hit) == hit.fd
         assert disk.resend_nowait("b", hit) is None  # (not the key's)
         (path,) = segment_files(directory)
