@@ -256,6 +256,12 @@ class CacheCollector:
             {(): stats.page_copy_bytes},
         )
         yield _gauge(
+            "harvest_cache_disk_heads",
+            "Answers kept for objects read from the disk tier and left there (no body).",
+            (),
+            {(): stats.disk_heads},
+        )
+        yield _gauge(
             "harvest_cache_collapsed_waiters",
             "Clients reading fetches in progress (collapsed forwarding), fetching one included.",
             (),

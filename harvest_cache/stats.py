@@ -119,6 +119,7 @@ class CacheStats(NamedTuple):
     access_log_dropped: int
     client_connections: int
     page_copy_bytes: int  # hot bodies also held in memory files
+    disk_heads: int  # answers kept for objects read from the disk tier and left there
     collapsed_waiters: int  # clients reading fetches in progress
     fetching: list[str]  # keys of the fetches in progress
     icp: IcpStats | None

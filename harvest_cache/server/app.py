@@ -465,6 +465,7 @@ class CacheServer:
             access_log_dropped=self.access_log.dropped,
             client_connections=len(self.connections),
             page_copy_bytes=proxy.page_bytes if proxy is not None else 0,
+            disk_heads=proxy.disk_heads if proxy is not None else 0,
             collapsed_waiters=sum(f.readers for f in flights),
             fetching=proxy.fetching() if proxy is not None else [],
             icp=self.icp.stats() if self.icp is not None else None,

@@ -226,6 +226,11 @@ class Proxy:
         return len(self._hot)
 
     @property
+    def disk_heads(self) -> int:
+        """Answers kept for objects left on disk (a gauge)."""
+        return self._hot.disk_entries
+
+    @property
     def page_bytes(self) -> int:
         """Bytes of hot bodies copied into memory files for sendfile (a gauge)."""
         return self._pages.held

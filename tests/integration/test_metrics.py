@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from harvest_cache import __version__
 from harvest_cache.hierarchy.icp import Opcode, decode, encode, query
 from harvest_cache.server.app import CacheServer
+from tests.integration.test_disk_hits import fetched_into_a_small_cache
 from tests.support import (
     MakeCache,
     Origin,
@@ -501,6 +502,18 @@ async def test_page_copy_bytes_follow_the_hot_bodies_copied(
     for _ in range(3):  # stored, a memory hit (the hot entry and its copy), a fast hit
         assert await get_raw(cache, origin.url("/paged")) == (200, body)
     assert (await scrape(cache)).value("harvest_cache_page_copy_bytes") == len(body)
+
+
+async def test_disk_heads_count_the_answers_kept_for_objects_left_on_disk(
+    origin: Origin, make_cache: MakeCache, tmp_path: Path
+) -> None:
+    bodies = {f"/d{i}": bytes([i]) * (16 << 10) for i in range(128)}  # twice the memory tier
+    cache = await fetched_into_a_small_cache(origin, make_cache, tmp_path, bodies)
+    assert (await scrape(cache)).value("harvest_cache_disk_heads") == 0
+    on_disk = [p for p in bodies if cache.store.memory.peek(origin.url(p)) is None][:3]
+    for path in on_disk:  # each read from disk once, left there, its answer kept
+        assert await get_raw(cache, origin.url(path)) == (200, bodies[path])
+    assert (await scrape(cache)).value("harvest_cache_disk_heads") == len(on_disk)
 
 
 async def test_client_connections_gauge_follows_an_open_keep_alive_connection(

@@ -251,6 +251,10 @@ class HotIndex:
     def forget_disk(self, target: bytes) -> None:
         self._disk.pop(target, None)
 
+    @property
+    def disk_entries(self) -> int:
+        return len(self._disk)
+
     def disk_head(self, entry: DiskEntry, now: float, close: bool, http10: bool) -> bytes:
         """The response head for one hit on ``entry``."""
         tail = _CLOSE if close else _KEEP_ALIVE if http10 else _END
